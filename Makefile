@@ -1,0 +1,47 @@
+# gnnaas: `make test` sets everything up from a fresh clone and runs the test suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATASET ?= synth-small
+DATA_ROOT ?= $(if $(GNNAAS_DATA),$(GNNAAS_DATA),../shared/data)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install test lint serve bench bench-full clean
+
+install: $(STAMP)
+
+# torch first: the CPU wheel (a bare `torch` requirement would pull a multi-GB CUDA build).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check gnnaas tests benchmarks
+	$(BIN)/ruff format --check gnnaas tests benchmarks
+
+# Generates and profiles default variants when none exist, then serves them.
+serve: $(STAMP)
+	@$(BIN)/gnnaas prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
+	@echo "Try: curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
+	$(BIN)/gnnaas serve --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_sampler.py --quick
+	$(BIN)/python benchmarks/bench_variants.py --quick --data-root $(DATA_ROOT)
+	$(BIN)/python benchmarks/bench_router.py --quick
+
+bench-full: $(STAMP)
+	$(BIN)/python benchmarks/bench_sampler.py
+	$(BIN)/python benchmarks/bench_variants.py --data-root $(DATA_ROOT)
+	$(BIN)/python benchmarks/bench_router.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,46 @@
+"""Shared fixtures: the data root with Cora's raw files, a throwaway cache, small graphs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _default_data_root() -> Path:
+    env = os.environ.get("GNNAAS_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Processed files of every test session go to a fresh cache, never into the data root."""
+    os.environ["GNNAAS_CACHE"] = str(tmp_path_factory.mktemp("gnnaas-cache"))
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    root = _default_data_root()
+    if not (root / "Planetoid" / "Cora" / "raw").is_dir():
+        pytest.skip(f"Cora's raw files are not under {root}; set GNNAAS_DATA")
+    return root
+
+
+@pytest.fixture(scope="session")
+def cora(data_root: Path):  # type: ignore[no-untyped-def]
+    from gnnaas.data import load_dataset
+
+    return load_dataset("Cora", data_root, seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_store():  # type: ignore[no-untyped-def]
+    """The built-in small synthetic dataset (a few thousand nodes)."""
+    from gnnaas.data import load_dataset
+
+    return load_dataset("synth-small", seed=0)
