@@ -72,9 +72,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     store = _load(args)
-    result = train_model(
-        store, args.arch, _train_config(args), device=device, progress=_progress()
-    )
+    result = train_model(store, args.arch, _train_config(args), device=device, progress=_progress())
     print(f"dataset: {store.name}")
     print(f"arch: {args.arch}")
     print(f"device: {device}")
@@ -187,7 +185,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
+    from gnnaas.errors import ConfigError
     from gnnaas.serving.app import create_app
     from gnnaas.serving.settings import Settings
 
@@ -200,7 +200,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         overrides["data_root"] = args.data_root
     if args.dataset:
         overrides["datasets"] = args.dataset
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise ConfigError(
+            f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
+        ) from None
     app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
     return 0
@@ -227,7 +234,9 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("GNNAAS_DATA"),
         help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed for splits, sampling, init (default: 0)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed for splits, sampling, init (default: 0)"
+    )
     p.add_argument(
         "--device", default="auto", help="auto (CUDA when present), cpu or cuda (default: auto)"
     )
@@ -258,7 +267,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "--ranking", nargs="+", default=list(_DEFAULT_RANKINGS), help="random greedy lasso"
     )
     p.add_argument(
-        "--prune", nargs="+", type=_positive_int, default=list(_DEFAULT_PRUNE),
+        "--prune",
+        nargs="+",
+        type=_positive_int,
+        default=list(_DEFAULT_PRUNE),
         help="prune factors k: keep f/k features (default: 1 2 4 8)",
     )
     p.add_argument("--out", default="variants", help="variant repository (default: variants)")

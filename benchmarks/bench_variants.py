@@ -1,0 +1,374 @@
+"""Generate, profile and report feature-pruned variants; write ``benchmarks/results/variants-*.md``.
+
+For each dataset: train the variants (``gnnaas.variants.pipeline.generate_variants``; existing
+ones with the same settings are reused), profile them (``gnnaas.profiling.profile_dataset``),
+write the report with its six plots, profile the SAGE 1x and 8x variants a second time to
+measure p50 reproducibility, and write a results page with the machine, the plan that was run,
+the headline figure (SAGE 8x latency as a share of 1x; target <= 30 % on synth-flickr) and the
+report's tables.
+
+Plans (``--quick`` shrinks every one of them; flags override):
+
+- Cora: SAGE + GIN, rankings random/greedy/lasso, prune 1/2/4/8, up to 200 epochs.
+- synth-flickr (full preset): SAGE + GIN, rankings random + lasso, prune 1/2/4/8, 2 epochs
+  (one SAGE 1x epoch with its validation pass takes about 3 minutes on 2 busy cores).
+- synth-reddit (full preset): SAGE only, rankings random + lasso, prune 1/4/8, 1 epoch
+  (11.6 M edges, 602 features).
+
+Usage::
+
+    python benchmarks/bench_variants.py --data-root ../shared/data            # full run
+    python benchmarks/bench_variants.py --quick --data-root ../shared/data    # make bench
+    python benchmarks/bench_variants.py --datasets synth-flickr --epochs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gnnaas.profiling import profile_dataset, read_profiles, write_report  # noqa: E402
+from gnnaas.profiling.report import tolerance_table  # noqa: E402
+from gnnaas.utils import atomic_write_text, resolve_device  # noqa: E402
+
+_log = logging.getLogger("bench_variants")
+
+TARGET_RATIO = 0.30  # SAGE 8x latency / 1x latency on synth-flickr
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to generate and how to profile it for one dataset."""
+
+    archs: tuple[str, ...] = ("sage", "gin")
+    rankings: tuple[str, ...] = ("random", "greedy", "lasso")
+    prunes: tuple[int, ...] = (1, 2, 4, 8)
+    max_epochs: int = 200
+    patience: int = 25
+    runs: int = 30
+
+
+FULL_PLANS = {
+    "cora": Plan(),
+    "synth-flickr": Plan(rankings=("random", "lasso"), max_epochs=2, patience=1),
+    "synth-reddit": Plan(
+        archs=("sage",), rankings=("random", "lasso"), prunes=(1, 4, 8), max_epochs=1, patience=1
+    ),
+}
+QUICK_PLANS = {
+    "cora": Plan(
+        archs=("sage",),
+        rankings=("random", "lasso"),
+        prunes=(1, 8),
+        max_epochs=30,
+        patience=10,
+        runs=10,
+    ),
+    "synth-flickr@0.25": Plan(
+        archs=("sage",), rankings=("random",), prunes=(1, 8), max_epochs=2, patience=1, runs=10
+    ),
+    "synth-reddit@0.1": Plan(
+        archs=("sage",), rankings=("random",), prunes=(1, 8), max_epochs=2, patience=1, runs=10
+    ),
+}
+
+
+def _say(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def machine_description(device: torch.device) -> str:
+    """CPU model, cores, memory, GPU and torch threads of this machine, in one line."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f", {int(line.split()[1]) / 2**20:.0f} GiB RAM"
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU used"
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}, {gpu}; torch {torch.__version__} with "
+        f"{torch.get_num_threads()} threads, {platform.python_implementation()} "
+        f"{platform.python_version()}"
+    )
+
+
+def _load_avg() -> str:
+    try:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def _plan_for(name: str, quick: bool, args: argparse.Namespace) -> Plan:
+    plans = QUICK_PLANS if quick else FULL_PLANS
+    plan = plans.get(name.lower(), plans.get(name.lower().split("@")[0], Plan()))
+    if args.epochs is not None:
+        plan = replace(plan, max_epochs=args.epochs, patience=min(plan.patience, args.epochs))
+    if args.runs is not None:
+        plan = replace(plan, runs=args.runs)
+    if args.archs:
+        plan = replace(plan, archs=tuple(args.archs))
+    if args.rankings:
+        plan = replace(plan, rankings=tuple(args.rankings))
+    return plan
+
+
+def _latency_ratios(val: Any) -> list[tuple[str, float, float, float]]:
+    """(variant, 8x latency, 1x latency, ratio) of every SAGE 8x variant."""
+    sage = val[val["arch"] == "sage"]
+    full = sage[sage["prune"] == 1]
+    if full.empty:
+        return []
+    base = float(full["latency_ms"].iloc[0])
+    return [
+        (str(r.variant), float(r.latency_ms), base, float(r.latency_ms) / base)
+        for r in sage[sage["prune"] == 8].itertuples()
+    ]
+
+
+def _repeat_p50(
+    store: Any, repo: Any, work: Path, runs: int, device: torch.device, first: Any
+) -> list[tuple[str, str, float, float]]:
+    """Profiles the SAGE 1x and 8x variants again; (variant, split, first p50, second p50)."""
+    wanted = [
+        v
+        for v in first["variant"].unique()
+        if v.startswith("sage-") and (v.endswith("-1x") or v.endswith("-8x"))
+    ]
+    if not wanted:
+        return []
+    again = profile_dataset(
+        store, repo, work / "repeat", batch_size=1024, runs=runs, device=device, variants=wanted
+    )
+    second = read_profiles(again.path).set_index(["variant", "split"])
+    out = []
+    for r in first[first["variant"].isin(wanted)].itertuples():
+        out.append(
+            (
+                r.variant,
+                r.split,
+                float(r.latency_ms),
+                float(second.loc[(r.variant, r.split), "latency_ms"]),
+            )
+        )
+    return out
+
+
+def _demote(report_md: str) -> list[str]:
+    """The report's lines with headings one level deeper and image links dropped."""
+    lines = []
+    for line in report_md.splitlines()[1:]:
+        if line.startswith("!["):
+            continue
+        lines.append("#" + line if line.startswith("#") else line)
+    return lines
+
+
+def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> Path:
+    """Generates, profiles and reports one dataset; returns the results page written."""
+    from gnnaas.data import load_dataset
+    from gnnaas.variants.pipeline import generate_variants
+    from gnnaas.variants.repository import VariantRepository
+    from gnnaas.variants.training import TrainConfig
+
+    plan = _plan_for(name, args.quick, args)
+    progress = sys.stderr.isatty()
+    work = Path(args.work)
+    load_before = _load_avg()
+    t0 = time.perf_counter()
+    store = load_dataset(name, args.data_root, seed=0)
+    load_s = time.perf_counter() - t0
+    _say(
+        f"## {store.name}: {store.num_nodes:,} nodes, {store.num_edges:,} edges, "
+        f"{store.num_features} features, {store.num_classes} classes (loaded in {load_s:.1f} s)"
+    )
+    _say(f"plan: {plan}")
+
+    repo = VariantRepository(work / "variants")
+    config = TrainConfig(max_epochs=plan.max_epochs, patience=plan.patience, seed=0)
+    t0 = time.perf_counter()
+    gen_rows = generate_variants(
+        store,
+        repo,
+        archs=plan.archs,
+        rankings=plan.rankings,
+        prunes=plan.prunes,
+        config=config,
+        device=device,
+        force=False,
+        progress=progress,
+    )
+    gen_s = time.perf_counter() - t0
+    trained = sum(r.status == "trained" for r in gen_rows)
+    train_s = sum(float(r.train_time_s) for r in gen_rows)
+    _say(f"generated: {len(gen_rows)} variants ({trained} trained) in {gen_s:.0f} s")
+
+    t0 = time.perf_counter()
+    result = profile_dataset(
+        store,
+        repo,
+        work / "profiles",
+        batch_size=1024,
+        runs=plan.runs,
+        device=device,
+        progress=progress,
+        variants=[r.variant_id for r in gen_rows],
+    )
+    prof_s = time.perf_counter() - t0
+    _say(f"profiled: {result.num_profiled} variants in {prof_s:.0f} s -> {result.path}")
+    report = write_report(result.path.parent)
+    df = read_profiles(result.path)
+    val = df[df["split"] == "val"]
+
+    repeat = [] if args.no_repeat else _repeat_p50(store, repo, work, plan.runs, device, df)
+    load_after = _load_avg()
+
+    lines = [
+        f"# Variants of {store.name}: generation, profile and report",
+        "",
+        f"Written by `{shlex.join(['python', 'benchmarks/bench_variants.py', *sys.argv[1:]])}` "
+        f"on {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        "",
+        f"- Machine: {machine_description(device)}. Load average (1/5/15 min) "
+        f"{load_before} before and {load_after} after: the cores were shared with other work, "
+        "so absolute times are upper bounds.",
+        f"- Dataset: {store.name}, {store.num_nodes:,} nodes, {store.num_edges:,} edges, "
+        f"{store.num_features} features, {store.num_classes} classes"
+        f"{', multi-label' if store.multi_label else ''}; splits train/val/test "
+        f"{store.train_idx.numel():,}/{store.val_idx.numel():,}/{store.test_idx.numel():,}.",
+        f"- Plan: archs {', '.join(plan.archs)}; rankings {', '.join(plan.rankings)}; prune "
+        f"{', '.join(f'{k}x' for k in plan.prunes)}; TrainConfig defaults (hidden 256, fanouts "
+        f"(25, 10), batch 1024) with at most {plan.max_epochs} epochs, patience "
+        f"{plan.patience}; profile batch 1024, {plan.runs} timed runs after warm-up, "
+        f"device {device}.",
+        f"- Wall time: generation {gen_s:.0f} s ({trained} of {len(gen_rows)} variants trained "
+        f"in this run; training time recorded in the manifests {train_s:.0f} s), profiling "
+        f"{prof_s:.0f} s.",
+        "",
+        "## Headline",
+        "",
+    ]
+    ratios = _latency_ratios(val)
+    if ratios:
+        target = " (target <= 30 % on synth-flickr)" if "flickr" in store.name else ""
+        lines.append(f"SAGE 8x latency (comm + comp, p50) as a share of SAGE 1x{target}:")
+        lines.append("")
+        for variant, lat8, lat1, ratio in ratios:
+            verdict = ""
+            if "flickr" in store.name:
+                verdict = " — meets the target" if ratio <= TARGET_RATIO else " — misses the target"
+            lines.append(
+                f"- {variant}: {lat8:.2f} ms vs {lat1:.2f} ms = {100 * ratio:.0f} %{verdict}"
+            )
+    else:
+        lines.append("No SAGE 1x/8x pair in this plan.")
+    tol = tolerance_table(val)
+    at = {float(r.tolerance): r for r in tol.itertuples()}
+    if 2.0 in at:
+        r = at[2.0]
+        lines += [
+            "",
+            f"Within 2 accuracy points of the most accurate variant ({r.baseline}), "
+            f"the fastest is {r.variant} at {100 * r.relative_latency:.0f} % of its latency.",
+        ]
+    if repeat:
+        lines += [
+            "",
+            "## Reproducibility of p50 latency",
+            "",
+            "The SAGE 1x and 8x variants profiled a second time, right after the first:",
+            "",
+            "| variant | split | first p50 ms | second p50 ms | second / first |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for variant, split, a, b in repeat:
+            lines.append(f"| {variant} | {split} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        worst = max(abs(b / a - 1) for _, _, a, b in repeat)
+        lines += ["", f"Largest difference: {100 * worst:.0f} % (target: within 20 %)."]
+    lines += ["", "## Report", "", f"(`{report}`, with its six plots next to it.)", ""]
+    lines += _demote(report.read_text())
+    results = Path(args.results)
+    path = results / f"variants-{store.name}.md"
+    atomic_write_text(path, "\n".join(lines).rstrip() + "\n")
+    _say(f"results -> {path}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small plans for `make bench`")
+    parser.add_argument(
+        "--data-root",
+        default=os.environ.get("GNNAAS_DATA"),
+        help="folder with Planetoid/Cora/raw (default: $GNNAAS_DATA)",
+    )
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        help="default: Cora synth-flickr synth-reddit "
+        "(quick: Cora synth-flickr@0.25 synth-reddit@0.1)",
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    parser.add_argument("--epochs", type=int, help="max epochs for every dataset")
+    parser.add_argument("--runs", type=int, help="timed runs per variant and split")
+    parser.add_argument("--archs", nargs="+", help="override the plan's architectures")
+    parser.add_argument("--rankings", nargs="+", help="override the plan's rankings")
+    parser.add_argument(
+        "--work",
+        help="variants/ and profiles/ go here (default: the repo's "
+        "variants/ and profiles/; quick: .cache/bench-quick)",
+    )
+    parser.add_argument(
+        "--results",
+        help="results pages (default: benchmarks/results; quick: "
+        "the work folder, so quick runs never overwrite real results)",
+    )
+    parser.add_argument("--no-repeat", action="store_true", help="skip the p50 repeat check")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.work is None:
+        args.work = str(ROOT / ".cache" / "bench-quick") if args.quick else str(ROOT)
+    if args.results is None:
+        args.results = args.work if args.quick else str(ROOT / "benchmarks" / "results")
+    datasets = args.datasets or list(QUICK_PLANS if args.quick else FULL_PLANS)
+    datasets = ["Cora" if d.lower() == "cora" else d for d in datasets]
+    device = resolve_device(args.device)
+    _say(f"# bench_variants on {machine_description(device)}")
+    for name in datasets:
+        run_dataset(name, args, device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

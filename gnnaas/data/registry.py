@@ -1,0 +1,140 @@
+"""Dataset names → graph stores: ``list_datasets``, ``dataset_info`` and ``load_dataset``.
+
+Names are case-insensitive: ``Cora``, ``CiteSeer``, ``PubMed``, ``Flickr``, ``Reddit``, ``Yelp``,
+``ogbn-arxiv``, ``ogbn-products`` and ``synth-<preset>[@<scale>]``. Real datasets are read from a
+data root (argument, else ``$GNNAAS_DATA``); processed files go to a cache (argument, else
+``$GNNAAS_CACHE``, else ``~/.cache/gnnaas``), never into the data root.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gnnaas.data.real import REAL_DATASETS, load_real
+from gnnaas.data.store import GraphStore
+from gnnaas.data.synthetic import PRESETS, load_synthetic, parse_synthetic_name
+from gnnaas.errors import ConfigError
+from gnnaas.typing import PathType
+
+__all__ = [
+    "DatasetInfo",
+    "dataset_info",
+    "list_datasets",
+    "load_dataset",
+    "resolve_cache_dir",
+]
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What ``gnnaas datasets`` lists, from static metadata (nothing is loaded).
+
+    For real datasets ``num_edges`` counts stored directed edges (an undirected edge twice); for
+    synthetic ones it is the preset's target, which the built graph lands near.
+    """
+
+    name: str
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    multi_label: bool
+    source: str
+
+
+def _known_names() -> list[str]:
+    return [d.name for d in REAL_DATASETS.values()] + [f"synth-{p}" for p in PRESETS]
+
+
+def _unknown(name: str) -> ConfigError:
+    return ConfigError(
+        f"unknown dataset '{name}'; known datasets: {', '.join(_known_names())} "
+        "(synthetic ones also as synth-<preset>@<scale>, e.g. synth-reddit@0.1)"
+    )
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """Static description of a dataset, with its canonical name (case and scale normalized).
+
+    Example:
+        >>> dataset_info("cora").name
+        'Cora'
+        >>> dataset_info("synth-reddit@0.1").num_nodes
+        23296
+    """
+    key = name.strip().lower()
+    if key in REAL_DATASETS:
+        d = REAL_DATASETS[key]
+        return DatasetInfo(
+            d.name, d.num_nodes, d.num_edges, d.num_features, d.num_classes, d.multi_label,
+            d.source,
+        )  # fmt: skip
+    if not key.startswith("synth-"):
+        raise _unknown(name)
+    preset, scale, canonical = parse_synthetic_name(key)
+    cfg = PRESETS[preset].scaled(scale)
+    return DatasetInfo(
+        canonical, cfg.num_nodes, cfg.num_edges, cfg.num_features, cfg.num_classes,
+        cfg.multi_label, "synthetic",
+    )  # fmt: skip
+
+
+def list_datasets() -> list[DatasetInfo]:
+    """Every known dataset (real ones first, then the synthetic presets), without loading any."""
+    return [dataset_info(name) for name in _known_names()]
+
+
+def resolve_cache_dir(cache_dir: PathType | None = None) -> Path:
+    """The writable cache: ``cache_dir``, else ``$GNNAAS_CACHE``, else ``~/.cache/gnnaas``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("GNNAAS_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "gnnaas"
+
+
+def load_dataset(
+    name: str,
+    data_root: PathType | None = None,
+    *,
+    seed: int = 0,
+    cache_dir: PathType | None = None,
+) -> GraphStore:
+    """Loads a dataset by name as a :class:`GraphStore`.
+
+    Args:
+        name (str): dataset name, case-insensitive (see :func:`list_datasets`).
+        data_root (str or PathLike, optional): folder holding ``<Class>/<Name>/raw/`` of real
+            datasets; falls back to ``$GNNAAS_DATA``. Only read, never written. Synthetic
+            datasets ignore it. (default: :obj:`None`)
+        seed (int, optional): seed of the synthetic generator and of the stratified split.
+            (default: ``0``)
+        cache_dir (str or PathLike, optional): writable folder for processed files
+            (see :func:`resolve_cache_dir`). (default: :obj:`None`)
+
+    Returns:
+        GraphStore: the graph, its features, labels and train/val/test split.
+
+    Raises:
+        ConfigError: unknown name, no data root, or raw files missing under it.
+
+    Example:
+        >>> store = load_dataset("synth-small", seed=0)
+        >>> store.name, store.num_nodes
+        ('synth-small', 3000)
+    """
+    info = dataset_info(name)
+    cache = resolve_cache_dir(cache_dir)
+    if info.source == "synthetic":
+        return load_synthetic(info.name, seed=seed, cache_dir=cache)
+    spec = REAL_DATASETS[info.name.lower()]
+    if data_root is None:
+        env = os.environ.get("GNNAAS_DATA")
+        if not env:
+            raise ConfigError(
+                f"dataset '{info.name}' needs a data root: pass --data-root DIR (or set "
+                f"GNNAAS_DATA=DIR) where DIR holds {spec.group}/{spec.folder}/raw/"
+            )
+        data_root = env
+    return load_real(spec, Path(data_root).expanduser(), seed=seed, cache_dir=cache)

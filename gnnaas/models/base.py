@@ -1,0 +1,222 @@
+"""The GNN base class shared by SAGE and GIN, the :class:`Arch` choice and :func:`build_model`.
+
+A :class:`GNN` is a stack of ``num_layers`` PyG message-passing convolutions with ReLU and dropout
+between them. Subclasses differ only in :meth:`GNN.init_conv` (which convolution a layer uses)
+and :meth:`GNN.first_layer_weights` (the weights that multiply the raw input features, for feature
+ranking).
+
+One :meth:`GNN.forward` serves both ways of running a model:
+
+- sampled: ``adjs`` is a list of bipartite blocks (``gnnaas.sampling.Block``), outermost hop
+  first; layer ``l`` maps the ``size[0]`` source rows of block ``l`` to its ``size[1]`` target
+  rows, which are the first ``size[1]`` sources. The output has one row per seed.
+- full graph: ``adjs`` is an ``edge_index`` ``[2, E]`` and every layer runs on all nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn.conv import MessagePassing
+
+from gnnaas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gnnaas.sampling import Block
+
+__all__ = ["Arch", "GNN", "build_model"]
+
+
+class Arch(StrEnum):
+    """A model architecture; accepts plain strings in any case (``Arch("SAGE") is Arch.SAGE``)."""
+
+    SAGE = "sage"
+    GIN = "gin"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Arch | None:
+        if isinstance(value, str):
+            name = value.strip().lower()
+            for member in cls:
+                if member.value == name:
+                    return member
+        return None
+
+    @classmethod
+    def parse(cls, value: str | Arch) -> Arch:
+        """Returns the architecture named ``value``.
+
+        Raises:
+            ConfigError: ``value`` names no architecture; the message lists the choices.
+
+        Example:
+            >>> Arch.parse("GIN")
+            <Arch.GIN: 'gin'>
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            raise ConfigError(f"unknown arch {str(value)!r}; choose sage or gin") from None
+
+
+class GNN(torch.nn.Module):
+    r"""Base of the gnnaas models: ``num_layers`` convolutions, ReLU and dropout between them.
+
+    Args:
+        in_channels (int): number of input features ``F`` (the kept features of a variant).
+        hidden_channels (int): width of the hidden layers.
+        out_channels (int): number of classes ``C``.
+        num_layers (int, optional): number of convolutions (= hops). (default: ``2``)
+        dropout (float, optional): dropout probability after each hidden activation.
+            (default: ``0.5``)
+
+    Shapes:
+        - **input:** node features ``x`` :math:`(|\mathcal{V}_s|, F)` with ``adjs`` a list of
+          ``num_layers`` blocks (sampled; ``|V_s| = blocks[0].size[0]``), or node features
+          :math:`(|\mathcal{V}|, F)` with ``adjs`` an ``edge_index`` :math:`(2, |\mathcal{E}|)`
+          (full graph).
+        - **output:** logits :math:`(B, C)` with ``B = blocks[-1].size[1]`` (the seeds), or
+          :math:`(|\mathcal{V}|, C)` on the full graph.
+    """
+
+    arch: ClassVar[Arch]
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        for arg, value in (
+            ("in_channels", in_channels),
+            ("hidden_channels", hidden_channels),
+            ("out_channels", out_channels),
+            ("num_layers", num_layers),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} expects {arg} to be an integer >= 1 (got {value!r})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{name} expects dropout in [0, 1) (got {dropout!r})")
+        self.in_channels = in_channels
+        self.hidden_channels = hidden_channels
+        self.out_channels = out_channels
+        self.num_layers = num_layers
+        self.dropout = float(dropout)
+
+        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = torch.nn.ModuleList(
+            self.init_conv(dims[i], dims[i + 1]) for i in range(num_layers)
+        )
+
+    def init_conv(self, in_channels: int, out_channels: int) -> MessagePassing:
+        """Builds the convolution of one layer (the hook subclasses implement).
+
+        Args:
+            in_channels (int): input width of the layer.
+            out_channels (int): output width of the layer.
+
+        Returns:
+            MessagePassing: a PyG convolution taking ``(x_src, x_dst)`` pairs or a plain ``x``.
+        """
+        raise NotImplementedError
+
+    def first_layer_weights(self) -> list[Tensor]:
+        """The first-layer weight matrices that multiply the raw input features.
+
+        Returns:
+            list[Tensor]: each ``[hidden_channels, in_channels]`` (``[out_channels, in_channels]``
+            for a one-layer model), live parameters (detach before editing).
+        """
+        raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        """Re-initializes every convolution."""
+        for conv in self.convs:
+            cast(MessagePassing, conv).reset_parameters()
+
+    def forward(self, x: Tensor, adjs: Tensor | Sequence[Block]) -> Tensor:
+        """Runs the model on sampled blocks or on a full graph.
+
+        Args:
+            x (Tensor): ``[N, F]`` input features of the sampled nodes (``n_id`` order, seeds
+                first) or of every node.
+            adjs (Tensor | Sequence[Block]): ``num_layers`` blocks, outermost hop first, or a
+                full-graph ``edge_index`` ``[2, E]``.
+
+        Returns:
+            Tensor: ``[B, C]`` logits of the seeds, or ``[N, C]`` on the full graph.
+        """
+        if isinstance(adjs, Tensor):
+            for i, conv in enumerate(self.convs):
+                x = conv(x, adjs)  # [N, F_l]
+                x = self._between(x, i)
+            return x
+        if len(adjs) != self.num_layers:
+            raise ValueError(
+                f"{type(self).__name__}.forward expects {self.num_layers} blocks "
+                f"(got {len(adjs)}); sample with one fanout per layer"
+            )
+        for i, (conv, block) in enumerate(zip(self.convs, adjs, strict=True)):
+            size = (int(block.size[0]), int(block.size[1]))
+            x_dst = x[: size[1]]  # targets are the first num_dst sources
+            x = conv((x, x_dst), block.edge_index, size=size)  # [num_dst, F_l]
+            x = self._between(x, i)
+        return x
+
+    def _between(self, x: Tensor, layer: int) -> Tensor:
+        if layer == self.num_layers - 1:
+            return x
+        x = F.relu(x)
+        return F.dropout(x, p=self.dropout, training=self.training)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.in_channels}, {self.hidden_channels}, "
+            f"{self.out_channels}, num_layers={self.num_layers}, dropout={self.dropout})"
+        )
+
+
+def build_model(
+    arch: str | Arch,
+    in_channels: int,
+    hidden_channels: int,
+    out_channels: int,
+    num_layers: int = 2,
+    dropout: float = 0.5,
+) -> GNN:
+    """Builds an untrained model of architecture ``arch``.
+
+    Args:
+        arch (str | Arch): ``sage`` or ``gin`` (any case).
+        in_channels (int): number of input features.
+        hidden_channels (int): width of the hidden layers.
+        out_channels (int): number of classes.
+        num_layers (int, optional): number of convolutions. (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+
+    Returns:
+        GNN: a :class:`~gnnaas.models.SAGE` or :class:`~gnnaas.models.GIN`.
+
+    Raises:
+        ConfigError: ``arch`` is not an architecture.
+
+    Example:
+        >>> build_model("sage", 1433, 256, 7)
+        SAGE(1433, 256, 7, num_layers=2, dropout=0.5)
+    """
+    from gnnaas.models.gin import GIN
+    from gnnaas.models.sage import SAGE
+
+    classes: dict[Arch, type[GNN]] = {Arch.SAGE: SAGE, Arch.GIN: GIN}
+    return classes[Arch.parse(arch)](
+        in_channels, hidden_channels, out_channels, num_layers=num_layers, dropout=dropout
+    )

@@ -1,0 +1,48 @@
+"""GraphSAGE (Hamilton et al., 2017) with mean aggregation."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from torch import Tensor
+from torch_geometric.nn import SAGEConv
+
+from gnnaas.models.base import GNN, Arch
+
+__all__ = ["SAGE"]
+
+
+class SAGE(GNN):
+    r"""GraphSAGE: every layer is :math:`\mathbf{x}'_i = \mathbf{W}_r \mathbf{x}_i +
+    \mathbf{W}_l \cdot \mathrm{mean}_{j \in \mathcal{N}(i)} \mathbf{x}_j` (PyG's ``SAGEConv``).
+
+    Args:
+        in_channels (int): number of input features ``F``.
+        hidden_channels (int): width of the hidden layers.
+        out_channels (int): number of classes ``C``.
+        num_layers (int, optional): number of layers. (default: ``2``)
+        dropout (float, optional): dropout after each hidden activation. (default: ``0.5``)
+
+    Shapes:
+        - **input:** ``x`` :math:`(N, F)` with ``adjs`` a list of blocks or an ``edge_index``
+          :math:`(2, E)` (see :class:`~gnnaas.models.GNN`).
+        - **output:** :math:`(B, C)` for blocks (the seeds), :math:`(N, C)` for a full graph.
+
+    Example:
+        >>> SAGE(1433, 256, 7)
+        SAGE(1433, 256, 7, num_layers=2, dropout=0.5)
+    """
+
+    arch = Arch.SAGE
+
+    def init_conv(self, in_channels: int, out_channels: int) -> SAGEConv:
+        return SAGEConv(in_channels, out_channels, aggr="mean")
+
+    def first_layer_weights(self) -> list[Tensor]:
+        """The neighbor (``lin_l``) and root (``lin_r``) weights of the first layer.
+
+        Returns:
+            list[Tensor]: ``[lin_l.weight, lin_r.weight]``, each ``[hidden_channels, in_channels]``.
+        """
+        conv = cast(SAGEConv, self.convs[0])
+        return [conv.lin_l.weight, conv.lin_r.weight]

@@ -1,0 +1,259 @@
+"""Profile tables on disk: ``profiles.csv`` and ``service_times.csv`` (docs/internals.md).
+
+This module imports neither matplotlib nor the training code, so the server can read profiles
+with it. Writes go through :func:`gnnaas.utils.atomic_write_text`: a reader never sees half a file.
+
+``profiles/<dataset>/profiles.csv`` has one row per variant and split (``val``, ``test``), columns
+:data:`PROFILE_COLUMNS` (times are p50 over runs, in ms; accuracies in percent).
+``profiles/<dataset>/service_times.csv`` has one row per variant and batch size, columns
+:data:`SERVICE_TIME_COLUMNS` (p50, ms).
+
+Example:
+    >>> from gnnaas.profiling.table import read_profiles
+    >>> df = read_profiles("profiles/Cora")  # doctest: +SKIP
+    >>> df[df.split == "val"].set_index("variant").latency_ms  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from gnnaas.errors import ArtifactError
+from gnnaas.typing import PathType
+from gnnaas.utils import atomic_write_text
+
+if TYPE_CHECKING:
+    from gnnaas.variants.repository import Manifest
+
+__all__ = [
+    "PROFILES_FILE",
+    "PROFILE_COLUMNS",
+    "SERVICE_TIMES_FILE",
+    "SERVICE_TIME_BATCH_SIZES",
+    "SERVICE_TIME_COLUMNS",
+    "SPLITS",
+    "has_profiles",
+    "read_profiles",
+    "read_service_times",
+    "write_profiles",
+    "write_service_times",
+]
+
+PROFILES_FILE = "profiles.csv"
+SERVICE_TIMES_FILE = "service_times.csv"
+SPLITS = ("val", "test")
+SERVICE_TIME_BATCH_SIZES = (1, 32, 256, 1024)
+
+PROFILE_COLUMNS: tuple[str, ...] = (
+    "dataset",
+    "variant",
+    "arch",
+    "ranking",
+    "prune",
+    "features_kept",
+    "split",
+    "batch_size",
+    "num_batches",
+    "accuracy",
+    "accuracy_std",
+    "sample_ms",
+    "comm_ms",
+    "comp_ms",
+    "latency_ms",
+    "latency_p95_ms",
+    "latency_p99_ms",
+    "latency_std_ms",
+    "e2e_ms",
+    "comm_comp",
+    "size_kb",
+    "mem_mb",
+    "unique_frac",
+    "pred_comm_ms",
+    "pred_comp_ms",
+    "device",
+    "threads",
+    "torch_version",
+    "date",
+)
+"""Columns of ``profiles.csv``, in file order."""
+
+SERVICE_TIME_COLUMNS: tuple[str, ...] = (
+    "variant",
+    "batch_size",
+    "sample_ms",
+    "gather_ms",
+    "compute_ms",
+    "e2e_ms",
+)
+"""Columns of ``service_times.csv``, in file order."""
+
+_PROFILE_TEXT = {
+    "dataset",
+    "variant",
+    "arch",
+    "ranking",
+    "split",
+    "device",
+    "torch_version",
+    "date",
+}
+_PROFILE_INT = {"prune", "features_kept", "batch_size", "num_batches", "threads"}
+_SERVICE_INT = {"batch_size"}
+_SERVICE_TEXT = {"variant"}
+
+_DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _frame(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], what: str) -> pd.DataFrame:
+    records = [dict(r) for r in rows]
+    for i, record in enumerate(records):
+        missing = [c for c in columns if c not in record]
+        if missing:
+            raise ValueError(f"{what}: row {i} lacks columns {missing}")
+    return pd.DataFrame.from_records(records, columns=list(columns))
+
+
+def _write(df: pd.DataFrame, path: Path) -> Path:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, float_format="%.6g", lineterminator="\n")
+    atomic_write_text(path, buf.getvalue())
+    return path
+
+
+def _resolve(path_or_dir: PathType, filename: str) -> Path:
+    path = Path(path_or_dir)
+    return path / filename if path.is_dir() or path.suffix != ".csv" else path
+
+
+def _read(
+    path_or_dir: PathType,
+    filename: str,
+    columns: Sequence[str],
+    text: set[str],
+    ints: set[str],
+) -> pd.DataFrame:
+    path = _resolve(path_or_dir, filename)
+    hint = "run `gnnaas profile --dataset NAME` to (re)create it"
+    if not path.is_file():
+        raise ArtifactError(f"{path} not found; {hint}")
+    try:
+        df = pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ArtifactError(f"{path} is unreadable ({exc}); {hint}") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ArtifactError(f"{path} lacks columns {missing}; {hint}")
+    try:
+        for column in columns:
+            if column in ints:
+                df[column] = df[column].astype("int64")
+            elif column not in text:
+                df[column] = pd.to_numeric(df[column], errors="raise").astype("float64")
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"{path} has a malformed value ({exc}); {hint}") from None
+    return df[list(columns)]
+
+
+def write_profiles(rows: Iterable[Mapping[str, Any]], path: PathType) -> Path:
+    """Writes ``profiles.csv`` atomically.
+
+    Args:
+        rows (Iterable[Mapping[str, Any]]): one mapping per variant and split with every column
+            of :data:`PROFILE_COLUMNS` (extra keys are dropped).
+        path (str or PathLike): the file (or its folder).
+
+    Returns:
+        Path: the file written.
+    """
+    return _write(_frame(rows, PROFILE_COLUMNS, "write_profiles"), _resolve(path, PROFILES_FILE))
+
+
+def write_service_times(rows: Iterable[Mapping[str, Any]], path: PathType) -> Path:
+    """Writes ``service_times.csv`` atomically.
+
+    Args:
+        rows (Iterable[Mapping[str, Any]]): one mapping per variant and batch size with every
+            column of :data:`SERVICE_TIME_COLUMNS`.
+        path (str or PathLike): the file (or its folder).
+
+    Returns:
+        Path: the file written.
+    """
+    frame = _frame(rows, SERVICE_TIME_COLUMNS, "write_service_times")
+    return _write(frame, _resolve(path, SERVICE_TIMES_FILE))
+
+
+def read_profiles(path_or_dir: PathType) -> pd.DataFrame:
+    """Reads ``profiles.csv`` (a file, or the dataset's profiles folder holding it).
+
+    Args:
+        path_or_dir (str or PathLike): ``profiles/<dataset>`` or the CSV itself.
+
+    Returns:
+        pandas.DataFrame: the columns of :data:`PROFILE_COLUMNS` with numeric dtypes.
+
+    Raises:
+        ArtifactError: the file is missing, unreadable or lacks columns.
+    """
+    return _read(path_or_dir, PROFILES_FILE, PROFILE_COLUMNS, _PROFILE_TEXT, _PROFILE_INT)
+
+
+def read_service_times(path_or_dir: PathType) -> pd.DataFrame:
+    """Reads ``service_times.csv`` (a file, or the dataset's profiles folder holding it).
+
+    Args:
+        path_or_dir (str or PathLike): ``profiles/<dataset>`` or the CSV itself.
+
+    Returns:
+        pandas.DataFrame: the columns of :data:`SERVICE_TIME_COLUMNS`.
+
+    Raises:
+        ArtifactError: the file is missing, unreadable or lacks columns.
+    """
+    return _read(path_or_dir, SERVICE_TIMES_FILE, SERVICE_TIME_COLUMNS, _SERVICE_TEXT, _SERVICE_INT)
+
+
+def _parse_date(text: str) -> _dt.datetime | None:
+    try:
+        return _dt.datetime.strptime(str(text), _DATE_FORMAT).replace(tzinfo=_dt.UTC)
+    except ValueError:
+        return None
+
+
+def has_profiles(profiles_dir: PathType, manifests: Sequence[Manifest]) -> bool:
+    """Whether ``profiles_dir`` holds current profiles of every variant in ``manifests``.
+
+    True when both tables are readable, every variant has a ``val`` and a ``test`` row and
+    service times, and no variant was created after it was profiled (a regenerated variant needs
+    a new profile). False for an empty ``manifests``.
+
+    Args:
+        profiles_dir (str or PathLike): ``profiles/<dataset>``.
+        manifests (Sequence[Manifest]): the repository's variants (``repo.list(dataset)``).
+
+    Returns:
+        bool: whether profiling can be skipped.
+    """
+    if not manifests:
+        return False
+    try:
+        profiles = read_profiles(profiles_dir)
+        service = read_service_times(profiles_dir)
+    except ArtifactError:
+        return False
+    served = set(service["variant"])
+    for manifest in manifests:
+        rows = profiles[profiles["variant"] == manifest.variant_id]
+        if not set(SPLITS) <= set(rows["split"]) or manifest.variant_id not in served:
+            return False
+        created = _parse_date(manifest.created)
+        profiled = [d for d in (_parse_date(t) for t in rows["date"]) if d is not None]
+        if created is not None and profiled and min(profiled) < created:
+            return False
+    return True

@@ -1,0 +1,266 @@
+"""The FastAPI app factory of the router.
+
+``create_app(settings)`` loads the :class:`VariantRegistry` (or takes one built in memory),
+wraps it in a :class:`Router` and returns the app; the router's batchers start in the app's
+lifespan and drain in its ``finally``. One exception handler per error family maps to a status
+code and a ``detail`` string:
+
+=====================================  ======  ==========================================
+error                                  status  when
+=====================================  ======  ==========================================
+``NotFoundError`` (a ``ConfigError``)  404     unknown dataset or pinned variant
+``ConfigError``                        400     any other bad value
+``RequestValidationError``             422     malformed JSON, non-integer or missing ids
+``OverloadedError``                    503     queue full or shutting down; ``Retry-After``
+``ArtifactError``                      500     a stored artifact is unusable
+=====================================  ======  ==========================================
+
+Bodies over ``settings.max_body_bytes`` are refused with 413 before they are parsed, by a small ASGI
+middleware that checks ``Content-Length`` and counts the streamed bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import gnnaas
+from gnnaas.errors import ArtifactError, ConfigError, OverloadedError
+from gnnaas.serving.metrics import ServingMetrics
+from gnnaas.serving.registry import VariantRegistry
+from gnnaas.serving.router import ExecutorFactory, Router
+from gnnaas.serving.routes import datasets, health, predict
+from gnnaas.serving.routes.predict import START_KEY
+from gnnaas.serving.settings import Settings
+
+__all__ = ["create_app"]
+
+_log = logging.getLogger(__name__)
+
+_EXAMPLE = '{"nodes": [0, 1, 2]}'
+_MAX_OFFENDERS = 5
+
+_DESCRIPTION = """\
+Model-less GNN inference: ask for node predictions and say how many accuracy points you accept to
+lose (`X-Accuracy-Tolerance`); the router picks the fastest variant within that tolerance under the
+current load and batches concurrent requests. Errors are `{"detail": "..."}`.
+"""
+
+
+class _BodyLimit:
+    """Refuses request bodies over ``max_bytes`` with 413 before the app parses them."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, metrics: ServingMetrics) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+
+    async def _refuse(self, send: Send) -> None:
+        self.metrics.rejected("body_too_large")
+        detail = (
+            f"request body is over the limit of {self.max_bytes} bytes; "
+            "send fewer node ids per request"
+        )
+        body = json.dumps({"detail": detail}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope[START_KEY] = time.perf_counter()
+        if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    break
+                if declared > self.max_bytes:
+                    await self._refuse(send)
+                    return
+                break
+        # Read the whole body here, counting, then replay it: chunked uploads are bounded too.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _describe_validation(errors: Sequence[Any]) -> str:
+    """One sentence a person can act on, from pydantic/FastAPI validation errors."""
+    bad_nodes: list[str] = []
+    messages: list[str] = []
+    for e in errors:
+        loc = tuple(e.get("loc", ()))
+        kind = e.get("type", "")
+        given = e.get("input")
+        if kind == "json_invalid":
+            error = (e.get("ctx") or {}).get("error", "invalid JSON")
+            position = f" at character {loc[-1]}" if len(loc) > 1 else ""
+            return f"malformed JSON body: {error}{position}; send an object like {_EXAMPLE}"
+        if loc[:2] == ("body", "nodes") and len(loc) == 3:
+            if len(bad_nodes) < _MAX_OFFENDERS:
+                bad_nodes.append(f"nodes[{loc[2]}]={json.dumps(given, default=str)}")
+            continue
+        if loc == ("body",):
+            if kind == "missing":
+                messages.append(f"the request body is missing; send {_EXAMPLE}")
+            else:
+                messages.append(f"the body must be a JSON object like {_EXAMPLE}")
+        elif loc == ("body", "nodes") and kind == "missing":
+            messages.append(f"'nodes' is missing; send {_EXAMPLE}")
+        elif loc == ("body", "nodes") and kind == "too_short":
+            messages.append("'nodes' is empty; send at least one node id")
+        elif loc == ("body", "nodes"):
+            messages.append(f"'nodes' must be a list of integer node ids (got {given!r:.60})")
+        elif loc == ("body", "return"):
+            messages.append(f"'return' must be 'class' or 'proba' (got {given!r:.60})")
+        elif kind == "extra_forbidden":
+            messages.append(f"unknown field {loc[-1]!r}; the body takes 'nodes' and 'return'")
+        else:
+            where = ".".join(str(p) for p in loc[1:] or loc)
+            messages.append(f"{where}: {e.get('msg', kind)}")
+    if bad_nodes:
+        messages.insert(0, f"node ids must be integers; first offenders: {', '.join(bad_nodes)}")
+    return "; ".join(messages) or "invalid request"
+
+
+def _retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))
+
+
+def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.rejected("invalid_body")
+        content_type = request.headers.get("content-type", "")
+        if content_type and "json" not in content_type.lower():
+            detail = (
+                f"the body must be JSON sent with 'Content-Type: application/json' "
+                f"(got {content_type!r}); e.g. {_EXAMPLE}"
+            )
+        else:
+            detail = _describe_validation(exc.errors())
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(ConfigError)
+    async def _config(request: Request, exc: ConfigError) -> JSONResponse:
+        not_found = isinstance(exc, LookupError)
+        metrics.rejected("not_found" if not_found else "bad_value")
+        return JSONResponse({"detail": str(exc)}, status_code=404 if not_found else 400)
+
+    @app.exception_handler(OverloadedError)
+    async def _overloaded(request: Request, exc: OverloadedError) -> JSONResponse:
+        metrics.rejected("overloaded")
+        return JSONResponse(
+            {"detail": str(exc)},
+            status_code=503,
+            headers={"Retry-After": _retry_after(exc.retry_after_s)},
+        )
+
+    @app.exception_handler(ArtifactError)
+    async def _artifact(request: Request, exc: ArtifactError) -> JSONResponse:
+        _log.error("artifact error while serving: %s", exc)
+        return JSONResponse({"detail": f"server artifact problem: {exc}"}, status_code=500)
+
+
+def create_app(
+    settings: Settings,
+    registry: VariantRegistry | None = None,
+    *,
+    executor_factory: ExecutorFactory | None = None,
+) -> FastAPI:
+    """Builds the router app.
+
+    Args:
+        settings (Settings): paths, device and batching limits.
+        registry (VariantRegistry, optional): what to serve; loaded from ``settings`` when ``None``
+            (weights and graphs are read here, so a bad setup fails before the server starts).
+            (default: ``None``)
+        executor_factory (ExecutorFactory, optional): builds each variant's batch handler
+            (tests, benchmarks); an :class:`~gnnaas.serving.executor.Executor` by default.
+            (default: ``None``)
+
+    Returns:
+        FastAPI: the app; its lifespan starts the batchers and drains them on shutdown.
+
+    Raises:
+        ConfigError: ``registry`` is ``None`` and nothing can be served from ``settings``.
+
+    Example:
+        >>> app = create_app(Settings(variants_dir="variants"))  # doctest: +SKIP
+        >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
+    """
+    if registry is None:
+        registry = VariantRegistry.load(settings)
+    metrics = ServingMetrics()
+    core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await core.start()
+        _log.info("serving %s", ", ".join(registry.datasets))
+        try:
+            yield
+        finally:
+            await core.stop()
+
+    app = FastAPI(
+        title="gnnaas",
+        version=gnnaas.__version__,
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.router = core
+    app.state.metrics = metrics
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
+    _register_handlers(app, metrics)
+    app.include_router(predict.router, prefix="/v1")
+    app.include_router(datasets.router, prefix="/v1")
+    app.include_router(health.router)
+    return app

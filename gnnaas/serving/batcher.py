@@ -1,0 +1,354 @@
+"""Dynamic batching: concurrent requests for one variant merge into one forward pass.
+
+One :class:`Batcher` per variant. Requests go into an :class:`asyncio.Queue`; a loop task takes
+the first one, keeps collecting until the batch holds ``max_batch_size`` nodes or ``max_wait_s``
+has passed since that first request was enqueued (a deadline from :func:`time.monotonic`), then
+runs the blocking handler in a worker thread and fans the results back to the callers' futures.
+One batch per variant is in flight at a time, so requests that arrive while a batch runs wait and
+merge into the next one; with ``max_wait_s=0`` batching adds no latency when the variant is idle.
+
+The queue is bounded in nodes: a request that does not fit raises
+:class:`~gnnaas.errors.OverloadedError` at once. Callers that give up (cancelled futures) are
+skipped, a handler error reaches every caller of its batch, and :meth:`Batcher.stop` drains what
+was accepted.
+
+Example:
+    >>> async def main() -> list[int]:
+    ...     batcher = Batcher(lambda items: [sum(i) for i in items], name="demo")
+    ...     out = await batcher.submit([1, 2], size=2)
+    ...     await batcher.stop()
+    ...     return out.value
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gnnaas.errors import OverloadedError
+
+__all__ = ["BatchStats", "Batched", "Batcher"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Batched(Generic[R]):
+    """What :meth:`Batcher.submit` returns.
+
+    Args:
+        value (R): the handler's result for this request.
+        queue_s (float): time from enqueue to the start of its batch.
+        batch_size (int): nodes in the batch that served it.
+        batch_requests (int): requests in that batch.
+    """
+
+    value: R
+    queue_s: float
+    batch_size: int
+    batch_requests: int
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """One executed batch, passed to the ``on_batch`` callback.
+
+    Args:
+        batch_size (int): nodes in the batch.
+        num_requests (int): requests merged into it.
+        duration_s (float): wall time of the handler call (thread hand-off included).
+        error (BaseException | None): what the handler raised, if anything.
+    """
+
+    batch_size: int
+    num_requests: int
+    duration_s: float
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _Pending(Generic[T, R]):
+    item: T
+    size: int
+    future: asyncio.Future[Batched[R]]
+    enqueued_at: float
+
+
+_STOP = object()
+
+
+class Batcher(Generic[T, R]):
+    """Merges concurrent requests into batches for a blocking handler.
+
+    Args:
+        handler (Callable[[list[T]], Sequence[R]]): blocking function that serves a batch of items
+            and returns one result per item, in order. Runs in a worker thread.
+        name (str, optional): used in logs and thread names. (default: ``"batcher"``)
+        max_batch_size (int, optional): most nodes per batch; a single larger request runs alone.
+            (default: ``1024``)
+        max_wait_s (float, optional): how long the first request of a batch waits for others.
+            (default: ``0.0``)
+        max_queue_size (int, optional): most nodes waiting; beyond it :meth:`submit` raises
+            :class:`OverloadedError`. (default: ``16384``)
+        executor (concurrent.futures.Executor, optional): where the handler runs; by default a
+            private single-thread pool, shut down by :meth:`stop`. (default: ``None``)
+        on_batch (Callable[[BatchStats], None], optional): called on the event loop after each
+            batch (metrics, load tracking). (default: ``None``)
+        retry_after_s (float, optional): hint carried by :class:`OverloadedError`.
+            (default: ``1.0``)
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[list[T]], Sequence[R]],
+        *,
+        name: str = "batcher",
+        max_batch_size: int = 1024,
+        max_wait_s: float = 0.0,
+        max_queue_size: int = 16384,
+        executor: concurrent.futures.Executor | None = None,
+        on_batch: Callable[[BatchStats], None] | None = None,
+        retry_after_s: float = 1.0,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
+        if max_wait_s < 0:
+            raise ValueError(f"Batcher max_wait_s must be >= 0 (got {max_wait_s})")
+        if max_queue_size < 1:
+            raise ValueError(f"Batcher max_queue_size must be >= 1 (got {max_queue_size})")
+        self.name = name
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.max_queue_size = max_queue_size
+        self.retry_after_s = retry_after_s
+        self._handler = handler
+        self._on_batch = on_batch
+        self._own_executor = executor is None
+        self._executor = executor or concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"gnnaas-{name}"
+        )
+        self._queue: asyncio.Queue[_Pending[T, R] | object] = asyncio.Queue()
+        self._carry: _Pending[T, R] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._queued_nodes = 0
+        self._queued_requests = 0
+        self._in_flight_nodes = 0
+        self._in_flight_since: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.name!r}, max_batch_size={self.max_batch_size}, "
+            f"max_wait_s={self.max_wait_s}, max_queue_size={self.max_queue_size})"
+        )
+
+    # -- load, read by the router's load snapshot ------------------------------------------------
+
+    @property
+    def queued_nodes(self) -> int:
+        """Nodes accepted and not yet in a running batch."""
+        return self._queued_nodes
+
+    @property
+    def queued_requests(self) -> int:
+        """Requests accepted and not yet in a running batch."""
+        return self._queued_requests
+
+    @property
+    def in_flight_nodes(self) -> int:
+        """Nodes in the batch that is running now (0 when idle)."""
+        return self._in_flight_nodes
+
+    @property
+    def in_flight_since(self) -> float | None:
+        """``time.monotonic()`` when the running batch started, ``None`` when idle."""
+        return self._in_flight_since
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._closed
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the loop task on the running event loop (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"gnnaas-batcher-{self.name}"
+            )
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Refuses new requests, serves those accepted, then stops (bounded by ``timeout_s``).
+
+        Requests still waiting after ``timeout_s`` fail with :class:`OverloadedError`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._task is not None:
+                self._queue.put_nowait(_STOP)
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+                except TimeoutError:
+                    _log.warning("batcher %s: drain timed out after %.1f s", self.name, timeout_s)
+                    self._task.cancel()
+                    await asyncio.gather(self._task, return_exceptions=True)
+            self._fail_waiting(OverloadedError(f"variant {self.name} is shutting down"))
+        finally:
+            if self._own_executor:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def submit(self, item: T, size: int) -> Batched[R]:
+        """Queues ``item`` (``size`` nodes) and waits for its result.
+
+        Raises:
+            OverloadedError: the queue cannot take ``size`` more nodes, or the batcher is stopping.
+        """
+        if self._closed:
+            raise OverloadedError(
+                f"variant {self.name} is shutting down; retry on another instance",
+                self.retry_after_s,
+            )
+        if self._queued_nodes > 0 and self._queued_nodes + size > self.max_queue_size:
+            raise OverloadedError(
+                f"queue of variant {self.name} is full ({self._queued_nodes} nodes waiting, "
+                f"limit {self.max_queue_size}); retry later",
+                self.retry_after_s,
+            )
+        self.start()
+        future: asyncio.Future[Batched[R]] = asyncio.get_running_loop().create_future()
+        self._queued_nodes += size
+        self._queued_requests += 1
+        self._queue.put_nowait(_Pending(item, size, future, time.monotonic()))
+        # A caller that is cancelled cancels `future`; the loop then skips it.
+        return await future
+
+    # -- loop ------------------------------------------------------------------------------------
+
+    def _dequeued(self, pending: _Pending[T, R]) -> None:
+        self._queued_nodes -= pending.size
+        self._queued_requests -= 1
+
+    async def _next(self, deadline: float | None) -> _Pending[T, R] | object | None:
+        """The next live entry (or ``_STOP``); ``None`` once ``deadline`` passes."""
+        while True:
+            try:
+                entry = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                if deadline is None:
+                    entry = await self._queue.get()
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    try:
+                        async with asyncio.timeout(remaining):
+                            entry = await self._queue.get()
+                    except TimeoutError:
+                        return None
+            if isinstance(entry, _Pending) and entry.future.done():
+                self._dequeued(entry)  # its caller gave up
+                continue
+            return entry
+
+    async def _collect(self) -> tuple[list[_Pending[T, R]], bool]:
+        """One batch, and whether the stop marker was seen."""
+        first = self._carry
+        self._carry = None
+        if first is None or first.future.done():
+            if first is not None:
+                self._dequeued(first)
+            entry = await self._next(None)
+            if not isinstance(entry, _Pending):
+                return [], True
+            first = entry
+        batch, size = [first], first.size
+        deadline = first.enqueued_at + self.max_wait_s
+        while size < self.max_batch_size:
+            entry = await self._next(deadline)
+            if entry is None:
+                break
+            if not isinstance(entry, _Pending):
+                return batch, True
+            if size + entry.size > self.max_batch_size:
+                self._carry = entry  # starts the next batch
+                break
+            batch.append(entry)
+            size += entry.size
+        return batch, False
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        stopping = False
+        while not stopping or self._carry is not None:
+            batch, stop_seen = await self._collect()
+            stopping = stopping or stop_seen
+            if batch:
+                await self._execute(loop, batch)
+
+    async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:
+        size = 0
+        for p in batch:
+            self._dequeued(p)
+            size += p.size
+        started = time.monotonic()
+        self._in_flight_nodes, self._in_flight_since = size, started
+        error: BaseException | None = None
+        results: Sequence[R] = ()
+        try:
+            results = await loop.run_in_executor(
+                self._executor, self._handler, [p.item for p in batch]
+            )
+            if len(results) != len(batch):
+                raise RuntimeError(
+                    f"batch handler of {self.name} returned {len(results)} results "
+                    f"for {len(batch)} requests"
+                )
+        except asyncio.CancelledError:  # hard stop: the callers must not wait forever
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(OverloadedError(f"variant {self.name} was stopped"))
+            raise
+        except Exception as exc:  # fanned out to every caller below
+            error = exc
+        finally:
+            self._in_flight_nodes, self._in_flight_since = 0, None
+        duration = time.monotonic() - started
+        for i, p in enumerate(batch):
+            if p.future.done():  # cancelled while running
+                continue
+            if error is not None:
+                p.future.set_exception(error)
+            else:
+                p.future.set_result(Batched(results[i], started - p.enqueued_at, size, len(batch)))
+        if error is not None:
+            _log.warning("batcher %s: batch of %d nodes failed: %r", self.name, size, error)
+        if self._on_batch is not None:
+            try:
+                self._on_batch(BatchStats(size, len(batch), duration, error))
+            except Exception:
+                _log.exception("batcher %s: on_batch callback failed", self.name)
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        waiting = [self._carry] if self._carry is not None else []
+        self._carry = None
+        while not self._queue.empty():
+            entry = self._queue.get_nowait()
+            if isinstance(entry, _Pending):
+                waiting.append(entry)
+        for p in waiting:
+            self._dequeued(p)
+            if not p.future.done():
+                p.future.set_exception(error)

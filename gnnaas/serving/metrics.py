@@ -1,0 +1,160 @@
+"""Prometheus metrics of one app, in their own :class:`~prometheus_client.CollectorRegistry`.
+
+Several apps in one process (tests, benchmarks) never share counters. Queue depth is read from the
+batchers at scrape time, so it is always current and costs nothing per request.
+
+===================================  =========  ==============================================
+name                                 type       labels
+===================================  =========  ==============================================
+``gnnaas_requests_total``            counter    dataset, variant
+``gnnaas_nodes_total``               counter    dataset, variant
+``gnnaas_stage_seconds``             histogram  dataset, variant, stage (queue, sample, gather,
+                                                compute, total)
+``gnnaas_batches_total``             counter    dataset, variant
+``gnnaas_batch_nodes``               histogram  dataset, variant
+``gnnaas_batch_errors_total``        counter    dataset, variant
+``gnnaas_queue_depth_nodes``         gauge      dataset, variant
+``gnnaas_in_flight_nodes``           gauge      dataset, variant
+``gnnaas_rejections_total``          counter    reason
+===================================  =========  ==============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE", "QueueDepth", "ServingMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+)  # fmt: skip
+_STAGES = ("queue", "sample", "gather", "compute", "total")
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """Load of one variant at scrape time."""
+
+    dataset: str
+    variant: str
+    queued_nodes: int
+    in_flight_nodes: int
+
+
+class _QueueCollector(Collector):
+    def __init__(self, source: Callable[[], Iterable[QueueDepth]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        queued = GaugeMetricFamily(
+            "gnnaas_queue_depth_nodes", "Nodes waiting per variant", labels=["dataset", "variant"]
+        )
+        running = GaugeMetricFamily(
+            "gnnaas_in_flight_nodes", "Nodes in the running batch", labels=["dataset", "variant"]
+        )
+        for q in self._source():
+            queued.add_metric([q.dataset, q.variant], q.queued_nodes)
+            running.add_metric([q.dataset, q.variant], q.in_flight_nodes)
+        yield queued
+        yield running
+
+
+class ServingMetrics:
+    """The router's metrics.
+
+    Example:
+        >>> m = ServingMetrics()
+        >>> m.rejected("overloaded")
+        >>> b"gnnaas_rejections_total" in m.render()
+        True
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        labels = ["dataset", "variant"]
+        self.requests = Counter("gnnaas_requests", "Requests served", labels, registry=r)
+        self.nodes = Counter("gnnaas_nodes", "Target nodes served", labels, registry=r)
+        self.stage_seconds = Histogram(
+            "gnnaas_stage_seconds",
+            "Per-request latency by stage (sample/gather/compute are the batch's)",
+            [*labels, "stage"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.batches = Counter("gnnaas_batches", "Batches executed", labels, registry=r)
+        self.batch_nodes = Histogram(
+            "gnnaas_batch_nodes", "Nodes per batch", labels, buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.batch_errors = Counter("gnnaas_batch_errors", "Failed batches", labels, registry=r)
+        self.rejections = Counter(
+            "gnnaas_rejections", "Requests rejected, by reason", ["reason"], registry=r
+        )
+        self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
+        self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+        r.register(_QueueCollector(lambda: self._queue_source()))
+
+    def bind_queues(self, source: Callable[[], Iterable[QueueDepth]]) -> None:
+        """Sets where ``gnnaas_queue_depth_nodes`` and ``gnnaas_in_flight_nodes`` are read."""
+        self._queue_source = source
+
+    def served(
+        self,
+        dataset: str,
+        variant: str,
+        num_nodes: int,
+        *,
+        queue_s: float,
+        sample_s: float,
+        gather_s: float,
+        compute_s: float,
+        total_s: float,
+    ) -> None:
+        """Records one answered request."""
+        key = (dataset, variant)
+        children = self._served.get(key)
+        if children is None:  # labelled children are looked up once per variant
+            h = self.stage_seconds
+            children = self._served[key] = (
+                self.requests.labels(dataset, variant),
+                self.nodes.labels(dataset, variant),
+                *(h.labels(dataset, variant, s) for s in _STAGES),
+            )
+        requests, nodes, queue, sample, gather, compute, total = children
+        requests.inc()
+        nodes.inc(num_nodes)
+        queue.observe(queue_s)
+        sample.observe(sample_s)
+        gather.observe(gather_s)
+        compute.observe(compute_s)
+        total.observe(total_s)
+
+    def batch(self, dataset: str, variant: str, num_nodes: int, *, failed: bool) -> None:
+        """Records one executed batch."""
+        self.batches.labels(dataset, variant).inc()
+        self.batch_nodes.labels(dataset, variant).observe(num_nodes)
+        if failed:
+            self.batch_errors.labels(dataset, variant).inc()
+
+    def rejected(self, reason: str) -> None:
+        """Records one rejected request, by reason.
+
+        Reasons used by the app: ``overloaded``, ``too_many_nodes``, ``body_too_large``,
+        ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``.
+        """
+        self.rejections.labels(reason).inc()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

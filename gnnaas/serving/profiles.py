@@ -1,0 +1,123 @@
+"""Profiles as the router reads them: validation accuracy and service time by batch size.
+
+Reads ``profiles/<dataset>/profiles.csv`` and ``service_times.csv`` through
+:mod:`gnnaas.profiling.table` once, at start-up; nothing here runs per request. A missing or bad
+table never raises: the affected variants get a reason instead, and are not routed to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gnnaas.errors import ArtifactError
+from gnnaas.serving.policy import ServiceCurve
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["VariantProfile", "profile_of", "read_profile_tables"]
+
+# Profile columns shown by GET /v1/datasets/{dataset}/variants, in this order.
+_PROFILE_SUMMARY = (
+    "batch_size", "accuracy", "accuracy_std", "sample_ms", "comm_ms", "comp_ms", "latency_ms",
+    "latency_p95_ms", "latency_p99_ms", "e2e_ms", "comm_comp", "size_kb", "mem_mb", "unique_frac",
+    "device", "threads", "date",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VariantProfile:
+    """What the router knows about a variant from its profiles.
+
+    Args:
+        accuracy (float): validation accuracy in percent (the profile split's ``accuracy``).
+        service (ServiceCurve): end-to-end service time (``e2e_ms``) by batch size.
+        test_accuracy (float, optional): test accuracy in percent. (default: ``None``)
+        summary (dict, optional): profile columns shown by the variants endpoint. (default: ``{}``)
+    """
+
+    accuracy: float
+    service: ServiceCurve
+    test_accuracy: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _clean(value: Any) -> Any:
+    """A JSON-safe Python scalar (NaN → None, numpy → Python)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_profile_tables(
+    folder: Path, split: str
+) -> tuple[pd.DataFrame | None, dict[str, list[dict[str, Any]]], list[str]]:
+    """Both tables of one dataset; a missing or bad table becomes a note, never an exception."""
+    from gnnaas.profiling.table import read_profiles, read_service_times
+
+    notes: list[str] = []
+    profiles = None
+    curves: dict[str, list[dict[str, Any]]] = {}
+    try:
+        profiles = read_profiles(folder)
+    except ArtifactError as exc:
+        notes.append(str(exc))
+    try:
+        service = read_service_times(folder)
+        for row in service.to_dict("records"):
+            curves.setdefault(str(row["variant"]), []).append(
+                {k: _clean(v) for k, v in row.items() if k != "variant"}
+            )
+    except ArtifactError as exc:
+        notes.append(str(exc))
+    return profiles, curves, notes
+
+
+def profile_of(
+    variant_id: str,
+    profiles: pd.DataFrame | None,
+    curves: Mapping[str, list[dict[str, Any]]],
+    split: str,
+) -> tuple[VariantProfile | None, str | None]:
+    """The variant's profile, or ``None`` and why it is not routed to."""
+    hint = "run `gnnaas profile` for this dataset"
+    if profiles is None:
+        return None, f"no readable profiles.csv; {hint}"
+    rows = profiles[profiles["variant"] == variant_id]
+    by_split = {str(r["split"]): r for r in rows.to_dict("records")}
+    if split not in by_split:
+        return None, f"no '{split}' row in profiles.csv; {hint}"
+    row = by_split[split]
+    accuracy = _clean(row["accuracy"])
+    if accuracy is None:
+        return None, f"its '{split}' accuracy in profiles.csv is not a number; {hint}"
+    points = {
+        int(p["batch_size"]): p["e2e_ms"]
+        for p in curves.get(variant_id, [])
+        if p.get("e2e_ms") is not None
+    }
+    if not points:
+        return None, f"no rows in service_times.csv; {hint}"
+    try:
+        curve = ServiceCurve.from_points(points)
+    except ValueError as exc:
+        return None, f"bad service times ({exc}); {hint}"
+    test = by_split.get("test")
+    summary = {k: _clean(row[k]) for k in _PROFILE_SUMMARY if k in row}
+    summary["split"] = split
+    summary["service_times"] = sorted(curves[variant_id], key=lambda p: p["batch_size"])
+    return (
+        VariantProfile(
+            accuracy=float(accuracy),
+            service=curve,
+            test_accuracy=None if test is None else _clean(test["accuracy"]),
+            summary=summary,
+        ),
+        None,
+    )

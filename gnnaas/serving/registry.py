@@ -1,0 +1,403 @@
+"""The variant registry: every servable dataset with its graph store, variants and profiles.
+
+Built once at start-up (:meth:`VariantRegistry.load`) from the variant repository and the profiles
+folder, or from in-memory objects (:meth:`VariantRegistry.from_objects`, for tests and benchmarks).
+Free of FastAPI types. Whatever cannot be served is kept as a *note* with its reason instead of
+stopping the server: a corrupt variant is skipped, a variant without a profile is loaded but not
+routed to (it can still be pinned with ``X-Variant``); ``/readyz`` shows the notes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import Tensor
+
+from gnnaas.errors import ArtifactError, ConfigError
+from gnnaas.serving.policy import Candidate
+from gnnaas.serving.profiles import VariantProfile, profile_of, read_profile_tables
+
+if TYPE_CHECKING:
+    from gnnaas.serving.executor import Sampler
+    from gnnaas.serving.settings import Settings
+
+__all__ = [
+    "ServedDataset",
+    "ServingVariant",
+    "Store",
+    "VariantRegistry",
+    "consistent_sampler_factory",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class Store(Protocol):
+    """What serving needs from a graph store (``gnnaas.data.GraphStore`` fits)."""
+
+    name: str
+    rowptr: Tensor
+    col: Tensor
+    num_classes: int
+    multi_label: bool
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        ...
+
+    @property
+    def num_features(self) -> int:
+        """Number of feature columns."""
+        ...
+
+    def feature_subset(self, keep: Tensor | Sequence[int]) -> Tensor:
+        """The contiguous ``x[:, keep]`` (cached by the store)."""
+        ...
+
+
+SamplerFactory = Callable[[Store, tuple[int, ...]], "Sampler"]
+
+
+@dataclass(eq=False)
+class ServingVariant:
+    """One loaded variant.
+
+    Args:
+        dataset (str): dataset name.
+        variant_id (str): e.g. ``sage-lasso-4x``.
+        arch (str): ``sage`` or ``gin``.
+        ranking (str): ``full``, ``random``, ``greedy`` or ``lasso``.
+        prune (int): prune factor.
+        kept_features (Tensor): ``[F_kept]`` int64 feature columns the model reads.
+        fanouts (tuple[int, ...]): neighbor fanouts, PyG order.
+        model (torch.nn.Module): the model in ``eval()`` mode.
+        profile (VariantProfile, optional): ``None`` when not profiled (not routed to).
+        not_routed (str, optional): why the variant is not routed to. (default: ``None``)
+    """
+
+    dataset: str
+    variant_id: str
+    arch: str
+    ranking: str
+    prune: int
+    kept_features: Tensor
+    fanouts: tuple[int, ...]
+    model: torch.nn.Module
+    profile: VariantProfile | None = None
+    not_routed: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile is None and self.not_routed is None:
+            self.not_routed = "no profile"
+
+    @property
+    def features_kept(self) -> int:
+        """Number of kept feature columns."""
+        return int(self.kept_features.numel())
+
+    @property
+    def routable(self) -> bool:
+        """Whether the policy may choose this variant."""
+        return self.profile is not None and self.not_routed is None
+
+    @property
+    def accuracy(self) -> float | None:
+        """Profiled validation accuracy in percent, ``None`` without a profile."""
+        return None if self.profile is None else self.profile.accuracy
+
+    def describe(self) -> dict[str, Any]:
+        """The ``variant`` object of a predict response."""
+        return {
+            "id": self.variant_id,
+            "arch": self.arch,
+            "ranking": self.ranking,
+            "prune": self.prune,
+            "features_kept": self.features_kept,
+            "accuracy": self.accuracy,
+        }
+
+
+@dataclass(eq=False)
+class ServedDataset:
+    """A dataset the router serves: its store, its variants and their samplers."""
+
+    name: str
+    store: Store
+    variants: dict[str, ServingVariant]
+    sampler_factory: SamplerFactory
+    candidates: tuple[Candidate, ...] = ()
+    _samplers: dict[tuple[int, ...], Sampler] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.candidates = tuple(
+            Candidate(v.variant_id, v.profile.accuracy, v.profile.service)
+            for v in self.variants.values()
+            if v.routable and v.profile is not None
+        )
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes of the graph."""
+        return int(self.store.num_nodes)
+
+    def sampler(self, fanouts: tuple[int, ...]) -> Sampler:
+        """The consistent serving sampler for ``fanouts``, built once and shared by variants."""
+        if fanouts not in self._samplers:
+            self._samplers[fanouts] = self.sampler_factory(self.store, fanouts)
+        return self._samplers[fanouts]
+
+    def info(self) -> dict[str, Any]:
+        """Summary for ``GET /v1/datasets``."""
+        return {
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_features": int(self.store.num_features),
+            "num_classes": int(self.store.num_classes),
+            "multi_label": bool(self.store.multi_label),
+            "variants": len(self.variants),
+            "routable": len(self.candidates),
+        }
+
+
+def consistent_sampler_factory(seed: int = 0, mode: str = "depth") -> SamplerFactory:
+    """Builds the serving sampler of a store for given fanouts.
+
+    Args:
+        seed (int, optional): key of the hashed draws. (default: ``0``)
+        mode (str, optional): ``depth``: :class:`~gnnaas.serving.sampler.DepthSampler`, a node's
+            answer never depends on its batch-mates; ``shared``:
+            ``NeighborSampler(consistent=True)``, a little faster, answers can drift slightly
+            when batch-mates are neighbors. (default: ``depth``)
+    """
+    if mode not in ("depth", "shared"):
+        raise ValueError(f"sampler mode must be 'depth' or 'shared' (got {mode!r})")
+
+    def build(store: Store, fanouts: tuple[int, ...]) -> Sampler:
+        from gnnaas.sampling import NeighborSampler
+        from gnnaas.serving.sampler import DepthSampler
+
+        if mode == "depth":
+            return DepthSampler(store.rowptr, store.col, fanouts, seed=seed)
+        sampler: Sampler = NeighborSampler(
+            store.rowptr, store.col, list(fanouts), consistent=True, seed=seed
+        )
+        return sampler
+
+    return build
+
+
+class VariantRegistry:
+    """Loaded datasets, variants and profiles, plus the reasons for what is not served.
+
+    Args:
+        datasets (Iterable[ServedDataset]): the datasets to serve.
+        notes (Iterable[str], optional): reasons for skipped datasets or variants. (default: ``()``)
+        device (str | torch.device, optional): where forward passes run. (default: ``"cpu"``)
+    """
+
+    def __init__(
+        self,
+        datasets: Iterable[ServedDataset],
+        notes: Iterable[str] = (),
+        *,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.datasets: dict[str, ServedDataset] = {d.name: d for d in datasets}
+        self.notes: list[str] = list(notes)
+        self.device = torch.device(device)
+        self._folded = {name.lower(): d for name, d in self.datasets.items()}
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}: {len(d.variants)}" for n, d in self.datasets.items())
+        return f"{type(self).__name__}({{{parts}}}, device={self.device})"
+
+    def get(self, name: str) -> ServedDataset | None:
+        """The dataset called ``name`` (exact, else case-insensitive), or ``None``."""
+        return self.datasets.get(name) or self._folded.get(name.lower())
+
+    def not_ready_reasons(self) -> list[str]:
+        """Why the registry cannot serve (empty when it can)."""
+        if not self.datasets:
+            return ["no dataset loaded"] + self.notes
+        return [
+            f"dataset {d.name}: no routable variant (every variant lacks a profile); "
+            f"run `gnnaas profile --dataset {d.name}`"
+            for d in self.datasets.values()
+            if not d.candidates
+        ]
+
+    def not_routed(self) -> dict[str, str]:
+        """``{"<dataset>/<variant>": reason}`` for loaded variants the policy never chooses."""
+        return {
+            f"{d.name}/{v.variant_id}": v.not_routed
+            for d in self.datasets.values()
+            for v in d.variants.values()
+            if v.not_routed is not None
+        }
+
+    # -- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_objects(
+        cls,
+        stores: Mapping[str, Store] | Iterable[Store],
+        variants: Iterable[ServingVariant],
+        *,
+        sampler_factory: SamplerFactory | None = None,
+        notes: Iterable[str] = (),
+        device: str | torch.device = "cpu",
+    ) -> VariantRegistry:
+        """A registry of in-memory stores and variants (tests, benchmarks).
+
+        Args:
+            stores (Mapping[str, Store] | Iterable[Store]): graph stores, by dataset name.
+            variants (Iterable[ServingVariant]): variants; ``variant.dataset`` names their store.
+            sampler_factory (SamplerFactory, optional): ``(store, fanouts) -> sampler``; by default
+                the consistent :class:`~gnnaas.sampling.NeighborSampler`. (default: ``None``)
+            notes (Iterable[str], optional): extra readiness notes. (default: ``()``)
+            device (str | torch.device, optional): where forward passes run. (default: ``"cpu"``)
+
+        Raises:
+            ValueError: a variant names a dataset without a store, or a variant id repeats.
+        """
+        by_name = dict(stores) if isinstance(stores, Mapping) else {s.name: s for s in stores}
+        grouped: dict[str, dict[str, ServingVariant]] = {name: {} for name in by_name}
+        for v in variants:
+            if v.dataset not in grouped:
+                raise ValueError(
+                    f"variant {v.variant_id} names dataset {v.dataset!r}, which has no store "
+                    f"(stores: {sorted(grouped)})"
+                )
+            if v.variant_id in grouped[v.dataset]:
+                raise ValueError(f"variant {v.dataset}/{v.variant_id} is given twice")
+            grouped[v.dataset][v.variant_id] = v
+        factory = sampler_factory or consistent_sampler_factory()
+        served = [
+            ServedDataset(name, by_name[name], dict(sorted(vs.items())), factory)
+            for name, vs in grouped.items()
+            if vs
+        ]
+        return cls(served, notes, device=device)
+
+    @classmethod
+    def load(cls, settings: Settings) -> VariantRegistry:
+        """Loads every dataset with variants and profiles (or only ``settings.datasets``).
+
+        Graph stores come from :func:`gnnaas.data.load_dataset`, weights from the variant
+        repository with their checksums verified. Corrupt variants are skipped with a note.
+
+        Raises:
+            ConfigError: the variants folder is missing, a dataset named in ``settings.datasets``
+                has no variants or profiles, or nothing at all can be served.
+        """
+        from gnnaas.data import load_dataset
+        from gnnaas.utils import resolve_device
+        from gnnaas.variants.repository import VariantRepository
+
+        device = resolve_device(settings.device)
+        variants_dir, profiles_dir = Path(settings.variants_dir), Path(settings.profiles_dir)
+        prepare = "run `gnnaas prepare --dataset synth-small` (or generate and profile) first"
+        if not variants_dir.is_dir():
+            raise ConfigError(f"variants folder '{variants_dir}' does not exist; {prepare}")
+        repo = VariantRepository(variants_dir)
+        explicit = settings.datasets is not None
+        names = settings.datasets or sorted(
+            p.name for p in variants_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        notes: list[str] = []
+        served: list[ServedDataset] = []
+        factory = consistent_sampler_factory(settings.seed, settings.sampling)
+        for name in names:
+            manifests = repo.list(name)
+            problem = None
+            if not manifests:
+                problem = (
+                    f"no variants in {variants_dir / name}; run `gnnaas prepare --dataset {name}`"
+                )
+            elif not (profiles_dir / name / "profiles.csv").is_file():
+                problem = (
+                    f"no profiles.csv in {profiles_dir / name}; "
+                    f"run `gnnaas profile --dataset {name}`"
+                )
+            if problem is not None:
+                if explicit:
+                    raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
+                notes.append(f"dataset {name} skipped: {problem}")
+                continue
+            try:
+                store = load_dataset(name, settings.data_root, seed=manifests[0].seed)
+            except (ConfigError, ArtifactError, OSError) as exc:
+                if explicit:
+                    raise
+                notes.append(f"dataset {name} skipped: its graph could not be loaded ({exc})")
+                _log.warning("skipping dataset %s: %s", name, exc)
+                continue
+            first_note = len(notes)
+            profiles, curves, profile_notes = read_profile_tables(
+                profiles_dir / name, settings.profile_split
+            )
+            notes.extend(f"dataset {name}: {n}" for n in profile_notes)
+            variants: list[ServingVariant] = []
+            for m in manifests:
+                try:
+                    if m.num_features != store.num_features:
+                        raise ArtifactError(
+                            f"it was trained on {m.num_features} features, the dataset has "
+                            f"{store.num_features}; regenerate with `gnnaas generate --dataset "
+                            f"{name} --force`"
+                        )
+                    loaded = repo.load(name, m.variant_id, device=device)
+                except ArtifactError as exc:
+                    notes.append(f"variant {name}/{m.variant_id} skipped: {exc}")
+                    _log.warning("skipping variant %s/%s: %s", name, m.variant_id, exc)
+                    continue
+                profile, reason = profile_of(m.variant_id, profiles, curves, settings.profile_split)
+                profiled = str(profile.summary.get("date", "")) if profile is not None else ""
+                if _iso_utc(profiled) and _iso_utc(m.created) and profiled < m.created:
+                    notes.append(
+                        f"variant {name}/{m.variant_id}: its profile ({profiled}) predates the "
+                        f"variant ({m.created}); run `gnnaas profile --dataset {name}`"
+                    )
+                variants.append(
+                    ServingVariant(
+                        dataset=name,
+                        variant_id=m.variant_id,
+                        arch=m.arch,
+                        ranking=m.ranking,
+                        prune=m.prune,
+                        kept_features=torch.as_tensor(m.kept_features, dtype=torch.long),
+                        fanouts=tuple(m.fanouts),
+                        model=loaded.model,
+                        profile=profile,
+                        not_routed=reason,
+                    )
+                )
+                if reason is not None:
+                    _log.warning("variant %s/%s not routed: %s", name, m.variant_id, reason)
+            if not any(v.routable for v in variants):
+                why = notes[first_note:] + [f"{v.variant_id}: {v.not_routed}" for v in variants]
+                problem = (
+                    f"no variant could be loaded with a profile ({'; '.join(why)}); "
+                    f"run `gnnaas prepare --dataset {name}`"
+                )
+                if explicit:
+                    raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
+                notes.append(f"dataset {name} skipped: {problem}")
+                continue
+            served.append(ServedDataset(name, store, {v.variant_id: v for v in variants}, factory))
+            _log.info("dataset %s: %d variants loaded", name, len(variants))
+        if not served:
+            detail = "; ".join(notes) or f"no dataset folders in '{variants_dir}'"
+            raise ConfigError(f"nothing to serve ({detail}); {prepare}")
+        return cls(served, notes, device=device)
+
+
+def _iso_utc(text: str) -> bool:
+    """Whether ``text`` is a ``YYYY-MM-DDTHH:MM:SSZ`` stamp (these compare as strings)."""
+    return len(text) == 20 and text[10] == "T" and text.endswith("Z")

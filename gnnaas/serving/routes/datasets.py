@@ -1,0 +1,49 @@
+"""Served datasets and their variants."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gnnaas.serving.deps import DatasetDep, RouterDep
+from gnnaas.serving.schemas import (
+    DatasetInfo,
+    DatasetList,
+    ErrorResponse,
+    VariantDetail,
+    VariantList,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["datasets"])
+
+
+@router.get("/datasets", response_model=DatasetList)
+async def list_datasets(core: RouterDep) -> DatasetList:
+    """Lists the served datasets."""
+    return DatasetList(datasets=[DatasetInfo(**d.info()) for d in core.registry.datasets.values()])
+
+
+@router.get(
+    "/datasets/{dataset}/variants",
+    response_model=VariantList,
+    responses={404: {"model": ErrorResponse, "description": "Unknown dataset."}},
+)
+async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
+    """Lists a dataset's variants with their profiles and current load."""
+    waits = core.load_snapshot(dataset)
+    details = []
+    for v in dataset.variants.values():
+        profile = v.profile
+        details.append(
+            VariantDetail(
+                **v.describe(),
+                test_accuracy=None if profile is None else profile.test_accuracy,
+                routable=v.routable,
+                not_routed=v.not_routed,
+                profile=None if profile is None else profile.summary,
+                queued_nodes=core.lane(dataset.name, v.variant_id).batcher.queued_nodes,
+                predicted_wait_ms=round(waits.get(v.variant_id, 0.0), 3),
+            )
+        )
+    return VariantList(dataset=dataset.name, variants=details)

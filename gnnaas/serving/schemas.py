@@ -1,0 +1,144 @@
+"""HTTP request and response schemas (pydantic); internal objects never leave through the API.
+
+The predict route builds its JSON itself for speed; the response models here document it in OpenAPI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+__all__ = [
+    "DatasetInfo",
+    "DatasetList",
+    "ErrorResponse",
+    "Health",
+    "PredictRequest",
+    "PredictResponse",
+    "Readiness",
+    "StageTiming",
+    "VariantDetail",
+    "VariantInfo",
+    "VariantList",
+]
+
+
+class PredictRequest(BaseModel):
+    """Body of ``POST /v1/datasets/{dataset}/predict``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={"examples": [{"nodes": [0, 1, 2], "return": "class"}]},
+    )
+
+    nodes: list[StrictInt] = Field(
+        min_length=1,
+        description="Target node ids (integers in [0, num_nodes)); duplicates are allowed.",
+    )
+    return_: Literal["class", "proba"] = Field(
+        default="class",
+        alias="return",
+        description="`class`: one class id per node (a 0/1 list per node for multi-label "
+        "datasets); `proba`: class probabilities per node.",
+    )
+
+
+class VariantInfo(BaseModel):
+    """The variant that served a request."""
+
+    id: str = Field(description="Variant id `<arch>-<ranking>-<k>x`.")
+    arch: str
+    ranking: str
+    prune: int = Field(description="Prune factor k: the variant keeps 1/k of the features.")
+    features_kept: int
+    accuracy: float | None = Field(
+        description="Profiled validation accuracy in percent (null when not profiled)."
+    )
+
+
+class StageTiming(BaseModel):
+    """Server-side time per stage, in ms (sample/gather/compute are those of the whole batch)."""
+
+    queue: float
+    sample: float
+    gather: float
+    compute: float
+    total: float
+
+
+class PredictResponse(BaseModel):
+    """Predictions and how they were made."""
+
+    variant: VariantInfo
+    predictions: list[Any] = Field(description="One entry per requested node, in request order.")
+    timing_ms: StageTiming
+
+
+class ErrorResponse(BaseModel):
+    """Every error: a message a person can act on."""
+
+    detail: str
+
+
+class DatasetInfo(BaseModel):
+    """A served dataset."""
+
+    name: str
+    num_nodes: int
+    num_features: int
+    num_classes: int
+    multi_label: bool
+    variants: int = Field(description="Loaded variants.")
+    routable: int = Field(description="Variants the router may choose (profiled).")
+
+
+class DatasetList(BaseModel):
+    """``GET /v1/datasets``."""
+
+    datasets: list[DatasetInfo]
+
+
+class VariantDetail(BaseModel):
+    """A loaded variant with its profile and current load."""
+
+    id: str
+    arch: str
+    ranking: str
+    prune: int
+    features_kept: int
+    accuracy: float | None = Field(description="Profiled validation accuracy in percent.")
+    test_accuracy: float | None = Field(description="Profiled test accuracy in percent.")
+    routable: bool
+    not_routed: str | None = Field(description="Why the router never chooses it, if so.")
+    profile: dict[str, Any] | None = Field(
+        description="The profile row (profiles.csv columns) and `service_times` by batch size."
+    )
+    queued_nodes: int
+    predicted_wait_ms: float = Field(description="Current predicted queue wait.")
+
+
+class VariantList(BaseModel):
+    """``GET /v1/datasets/{dataset}/variants``."""
+
+    dataset: str
+    variants: list[VariantDetail]
+
+
+class Health(BaseModel):
+    """``/healthz``: the process is alive."""
+
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    """``/readyz``: whether requests can be served, and why not."""
+
+    status: Literal["ready", "not ready"]
+    reasons: list[str] = Field(description="Why the server is not ready (empty when ready).")
+    datasets: list[str]
+    not_routed: dict[str, str] = Field(
+        description="`<dataset>/<variant>` loaded but never chosen by the router, with the reason."
+    )
+    notes: list[str] = Field(description="Datasets or variants skipped at start-up, and why.")

@@ -1,0 +1,89 @@
+"""Server settings: one pydantic ``BaseSettings`` read from arguments and ``GNNAAS_*`` variables.
+
+Every field can be set through the environment with the ``GNNAAS_`` prefix, e.g.
+``GNNAAS_MAX_BATCH_NODES=2048`` or ``GNNAAS_DATASETS='["Cora"]'``; the data root also honours
+``GNNAAS_DATA`` as the other commands do. Values are checked at start-up.
+
+Example:
+    >>> Settings(variants_dir="variants", max_wait_ms=1.0).max_wait_ms
+    1.0
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Everything the router needs to start.
+
+    Args:
+        variants_dir (Path): the variant repository. (default: ``variants``)
+        profiles_dir (Path): the profiles folder. (default: ``profiles``)
+        data_root (Path, optional): where real datasets' raw files live (``GNNAAS_DATA_ROOT`` or
+            ``GNNAAS_DATA``). (default: ``None``)
+        datasets (list[str], optional): serve only these; by default every dataset with variants and
+            profiles. (default: ``None``)
+        device (str): ``auto``, ``cpu`` or ``cuda[:n]``. (default: ``auto``)
+        seed (int): seed of the serving-time consistent sampler. (default: ``0``)
+        sampling (str): ``depth``: a node's answer never depends on its batch-mates (one sampled
+            row per node and depth); ``shared``: PyG-style shared rows, a little less work, answers
+            can drift slightly when batch-mates are neighbors. (default: ``depth``)
+        profile_split (str): profile rows whose accuracy ranks variants. (default: ``val``)
+        max_batch_nodes (int): most target nodes merged into one forward pass. (default: ``1024``)
+        max_wait_ms (float): how long a batch's first request waits for others while the variant
+            is idle; requests arriving while a batch runs merge anyway. (default: ``0.0``)
+        max_queue_nodes (int): most nodes waiting per variant before 503. (default: ``16384``)
+        max_request_nodes (int): most node ids in one request before 413. (default: ``4096``)
+        max_body_bytes (int): largest request body before 413, checked before parsing.
+            (default: ``1048576``)
+        retry_after_s (int): ``Retry-After`` sent with 503. (default: ``1``)
+        load_ewma_alpha (float): weight of the newest batch in the measured/profiled service time
+            ratio used for queue waits. (default: ``0.2``)
+        torch_threads (int, optional): intra-op threads of torch for the server process; each
+            variant runs its batches in its own thread, so on a busy or small machine ``1`` avoids
+            oversubscription. ``None`` keeps torch's default. (default: ``None``)
+        warmup (bool): run one forward per variant before reporting ready. (default: ``True``)
+        shutdown_timeout_s (float): how long shutdown waits for accepted requests. (default: ``30``)
+    """
+
+    model_config = SettingsConfigDict(env_prefix="GNNAAS_", extra="forbid", frozen=True)
+
+    variants_dir: Path = Path("variants")
+    profiles_dir: Path = Path("profiles")
+    data_root: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("data_root", "GNNAAS_DATA_ROOT", "GNNAAS_DATA"),
+    )
+    datasets: list[str] | None = None
+    device: str = "auto"
+    seed: int = 0
+    sampling: Literal["depth", "shared"] = "depth"
+    profile_split: str = "val"
+    max_batch_nodes: int = Field(default=1024, ge=1)
+    max_wait_ms: float = Field(default=0.0, ge=0.0, le=1000.0)
+    max_queue_nodes: int = Field(default=16384, ge=1)
+    max_request_nodes: int = Field(default=4096, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=64)
+    retry_after_s: int = Field(default=1, ge=1)
+    load_ewma_alpha: float = Field(default=0.2, gt=0.0, le=1.0)
+    torch_threads: int | None = Field(default=None, ge=1)
+    warmup: bool = True
+    shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> Self:
+        if self.max_request_nodes > self.max_queue_nodes:
+            raise ValueError(
+                f"max_request_nodes ({self.max_request_nodes}) must not exceed max_queue_nodes "
+                f"({self.max_queue_nodes}), or a request could never be queued"
+            )
+        if self.datasets is not None and not self.datasets:
+            raise ValueError("datasets must name at least one dataset, or be left unset for all")
+        return self

@@ -1,0 +1,510 @@
+"""The variant repository: ``<root>/<dataset>/<variant-id>/{weights.safetensors, manifest.json}``.
+
+A variant folder holds the model's weights in safetensors (never pickled) and a text manifest with
+everything needed to rebuild the model (arch, dims, kept feature ids), the training metrics, the
+seed, the library versions and the sha256 of the weights file (docs/internals.md, "variants").
+
+Writes are atomic: a variant is written into a hidden temporary folder next to its final place and
+then renamed into place; an existing variant is renamed aside first and deleted only once the new
+one is in place. Readers therefore never see half a variant, and an interrupted run keeps the old
+one. Hidden folders (``.``-prefixed: temporaries, set-aside old versions) are never listed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gnnaas.errors import ArtifactError, ConfigError
+from gnnaas.typing import Device, PathType
+from gnnaas.variants.ranking import Ranking
+
+if TYPE_CHECKING:
+    from gnnaas.models import GNN
+    from gnnaas.variants.training import TrainConfig
+
+__all__ = [
+    "FULL_RANKING",
+    "MANIFEST_FORMAT",
+    "LoadedVariant",
+    "Manifest",
+    "VariantRepository",
+    "VariantSpec",
+    "library_versions",
+]
+
+_log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = 1
+"""Version of the manifest layout written by this code."""
+
+FULL_RANKING = "full"
+"""The ranking name of the 1× model, shared by every ranking (variant id ``<arch>-full-1x``)."""
+
+_WEIGHTS = "weights.safetensors"
+_MANIFEST = "manifest.json"
+
+
+def _parse_arch(arch: object) -> str:
+    from gnnaas.models import Arch
+
+    return Arch.parse(str(getattr(arch, "value", arch))).value
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """What a variant is: dataset, architecture, ranking and prune factor ``k``.
+
+    ``k = 1`` is the full-feature model shared by every ranking, so its ranking is normalized to
+    ``"full"`` (``VariantSpec("Cora", "sage", "lasso", 1).ranking == "full"``).
+
+    Args:
+        dataset (str): dataset name as the store names it (e.g. ``"Cora"``).
+        arch (str): ``sage`` or ``gin`` (any case, or an ``Arch``).
+        ranking (str): ``random``, ``greedy`` or ``lasso`` (or ``full`` when ``prune == 1``).
+        prune (int): prune factor ``k >= 1``; the variant keeps ``num_features // k`` features.
+
+    Example:
+        >>> VariantSpec("Cora", "sage", "lasso", 4).variant_id
+        'sage-lasso-4x'
+    """
+
+    dataset: str
+    arch: str
+    ranking: str
+    prune: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.prune, bool) or not isinstance(self.prune, int) or self.prune < 1:
+            raise ConfigError(f"prune factor must be an integer >= 1 (got {self.prune!r})")
+        object.__setattr__(self, "arch", _parse_arch(self.arch))
+        ranking = str(getattr(self.ranking, "value", self.ranking)).strip().lower()
+        if self.prune == 1:
+            ranking = FULL_RANKING
+        elif ranking == FULL_RANKING:
+            raise ConfigError(
+                f"ranking 'full' is only the 1x model; a {self.prune}x variant needs one of: "
+                + ", ".join(r.value for r in Ranking)
+            )
+        else:
+            ranking = Ranking.parse(ranking).value
+        object.__setattr__(self, "ranking", ranking)
+
+    @property
+    def variant_id(self) -> str:
+        """``<arch>-<ranking>-<k>x``; ``<arch>-full-1x`` for the 1× model."""
+        return f"{self.arch}-{self.ranking}-{self.prune}x"
+
+
+@dataclass
+class Manifest:
+    """The ``manifest.json`` of a variant; field names and order are the file's keys.
+
+    ``weights_sha256`` is empty until :meth:`VariantRepository.save` fills it in.
+    ``kept_features`` are ascending column ids of the dataset's feature matrix.
+    """
+
+    format: int
+    dataset: str
+    variant_id: str
+    arch: str
+    ranking: str
+    prune: int
+    num_features: int
+    kept_features: list[int]
+    in_channels: int
+    hidden_channels: int
+    out_channels: int
+    num_layers: int
+    dropout: float
+    fanouts: list[int]
+    multi_label: bool
+    metrics: dict[str, float]
+    seed: int
+    versions: dict[str, str] = field(default_factory=lambda: library_versions())
+    weights_sha256: str = ""
+    created: str = field(default_factory=lambda: _utc_now())
+
+    @property
+    def spec(self) -> VariantSpec:
+        """The :class:`VariantSpec` this manifest describes."""
+        return VariantSpec(self.dataset, self.arch, self.ranking, self.prune)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the manifest (keys in the documented order)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "manifest") -> Manifest:
+        """Parses and checks a manifest object.
+
+        Args:
+            data (Mapping[str, Any]): the decoded ``manifest.json``.
+            source (str, optional): where it came from, for error messages. (default: ``manifest``)
+
+        Raises:
+            ArtifactError: a key is missing, or a value has the wrong type or is inconsistent.
+        """
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ArtifactError(f"{source} lacks keys {missing}; regenerate the variant")
+        try:
+            manifest = cls(
+                format=int(data["format"]),
+                dataset=str(data["dataset"]),
+                variant_id=str(data["variant_id"]),
+                arch=str(data["arch"]),
+                ranking=str(data["ranking"]),
+                prune=int(data["prune"]),
+                num_features=int(data["num_features"]),
+                kept_features=[int(i) for i in data["kept_features"]],
+                in_channels=int(data["in_channels"]),
+                hidden_channels=int(data["hidden_channels"]),
+                out_channels=int(data["out_channels"]),
+                num_layers=int(data["num_layers"]),
+                dropout=float(data["dropout"]),
+                fanouts=[int(s) for s in data["fanouts"]],
+                multi_label=bool(data["multi_label"]),
+                metrics={str(k): _number(v) for k, v in dict(data["metrics"]).items()},
+                seed=int(data["seed"]),
+                versions={str(k): str(v) for k, v in dict(data["versions"]).items()},
+                weights_sha256=str(data["weights_sha256"]),
+                created=str(data["created"]),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
+        if manifest.format != MANIFEST_FORMAT:
+            raise ArtifactError(
+                f"{source} has format {manifest.format}, this gnnaas reads format "
+                f"{MANIFEST_FORMAT}; regenerate the variant"
+            )
+        if len(manifest.kept_features) != manifest.in_channels:
+            raise ArtifactError(
+                f"{source} keeps {len(manifest.kept_features)} features but its model takes "
+                f"in_channels={manifest.in_channels}; regenerate the variant"
+            )
+        try:
+            spec_id = manifest.spec.variant_id
+        except ConfigError as exc:
+            raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
+        if spec_id != manifest.variant_id:
+            raise ArtifactError(
+                f"{source} says variant_id={manifest.variant_id!r} but its arch/ranking/prune "
+                f"make {spec_id!r}; regenerate the variant"
+            )
+        return manifest
+
+    def matches(self, spec: VariantSpec, config: TrainConfig, *, num_features: int) -> bool:
+        """Whether this manifest is what generating ``spec`` with ``config`` would produce.
+
+        Compares the spec, the feature count (and the kept count it implies), the model's dims,
+        the fanouts and the seed. Hyper-parameters the manifest does not record (learning rate,
+        weight decay, epochs, batch size) are not compared.
+        """
+        return (
+            self.spec == spec
+            and self.num_features == num_features
+            and self.in_channels == num_features // spec.prune
+            and self.hidden_channels == config.hidden_channels
+            and self.num_layers == config.num_layers
+            and self.dropout == float(config.dropout)
+            and self.fanouts == [int(s) for s in config.fanouts]
+            and self.seed == config.seed
+        )
+
+
+@dataclass
+class LoadedVariant:
+    """A variant read back from the repository: its manifest and its model (in ``eval()`` mode)."""
+
+    manifest: Manifest
+    model: GNN
+
+
+class VariantRepository:
+    """Variants on disk under ``root`` (``<root>/<dataset>/<variant-id>/``).
+
+    Creating a repository touches nothing on disk; :meth:`save` creates folders as needed.
+
+    Args:
+        root (str or PathLike): the repository folder (e.g. ``variants``).
+
+    Example:
+        >>> repo = VariantRepository("variants")
+        >>> [m.variant_id for m in repo.list("Cora")]  # doctest: +SKIP
+        ['gin-full-1x', 'gin-greedy-2x', ...]
+    """
+
+    def __init__(self, root: PathType) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"VariantRepository({str(self.root)!r})"
+
+    def path(self, dataset: str, variant_id: str) -> Path:
+        """The folder of one variant (whether it exists or not)."""
+        bad = not variant_id or variant_id.startswith(".") or any(c in variant_id for c in "/\\")
+        if bad:
+            raise ConfigError(f"invalid variant id {variant_id!r}; expected <arch>-<ranking>-<k>x")
+        return self.root / dataset / variant_id
+
+    def list(self, dataset: str) -> list[Manifest]:
+        """Manifests of the dataset's variants, sorted by variant id.
+
+        Hidden folders (temporaries of a running or interrupted save) are skipped; so are folders
+        whose manifest is unreadable or belongs elsewhere, with a warning (``load`` says why).
+        Checksums are not verified here; :meth:`load` does.
+        """
+        folder = self.root / dataset
+        if not folder.is_dir():
+            return []
+        manifests = []
+        for child in sorted(folder.iterdir()):
+            if child.name.startswith(".") or not child.is_dir():
+                continue
+            try:
+                manifests.append(self._read_manifest(dataset, child.name))
+            except ArtifactError as exc:
+                _log.warning("skipping variant %s/%s: %s", dataset, child.name, exc)
+        return sorted(manifests, key=lambda m: m.variant_id)
+
+    def manifest(self, dataset: str, variant_id: str) -> Manifest:
+        """Reads and checks one variant's manifest (no checksum; see :meth:`load`).
+
+        Raises:
+            ArtifactError: the variant or its manifest is missing, malformed or of another dataset.
+        """
+        return self._read_manifest(dataset, variant_id)
+
+    def load(self, dataset: str, variant_id: str, device: Device = "cpu") -> LoadedVariant:
+        """Rebuilds a variant's model from its manifest and loads its checked weights.
+
+        Args:
+            dataset (str): the dataset folder name.
+            variant_id (str): e.g. ``sage-lasso-4x``.
+            device (str or torch.device, optional): where to put the model. (default: ``cpu``)
+
+        Returns:
+            LoadedVariant: the manifest and the model in ``eval()`` mode.
+
+        Raises:
+            ArtifactError: missing files, malformed manifest, a manifest of another dataset, or
+                weights whose sha256 differs from the manifest's (corrupt or hand-edited).
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load as st_load
+
+        from gnnaas.models import build_model
+
+        manifest = self._read_manifest(dataset, variant_id)
+        data = self._read_checked_weights(manifest)
+        try:
+            state = st_load(data)
+        except (SafetensorError, ValueError) as exc:
+            raise ArtifactError(
+                f"weights of variant {dataset}/{variant_id} are not valid safetensors ({exc}); "
+                f"regenerate with `gnnaas generate --dataset {dataset} --force`"
+            ) from None
+        model = build_model(
+            manifest.arch,
+            manifest.in_channels,
+            manifest.hidden_channels,
+            manifest.out_channels,
+            num_layers=manifest.num_layers,
+            dropout=manifest.dropout,
+        )
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ArtifactError(
+                f"weights of variant {dataset}/{variant_id} do not fit the model its manifest "
+                f"describes ({exc}); regenerate with `gnnaas generate --dataset {dataset} --force`"
+            ) from None
+        model.to(device).eval()
+        return LoadedVariant(manifest=manifest, model=model)
+
+    def verify(self, dataset: str, variant_id: str) -> Manifest:
+        """Checks a variant's manifest and weights checksum without building the model.
+
+        Raises:
+            ArtifactError: as :meth:`load`.
+        """
+        manifest = self._read_manifest(dataset, variant_id)
+        self._read_checked_weights(manifest)
+        return manifest
+
+    def matches(self, spec: VariantSpec, config: TrainConfig, *, num_features: int) -> bool:
+        """Whether a stored, intact variant matches the request ``spec`` + ``config``.
+
+        A missing, malformed or corrupt (checksum mismatch) variant does not match, so generating
+        again replaces it.
+        """
+        try:
+            manifest = self.verify(spec.dataset, spec.variant_id)
+        except ArtifactError as exc:
+            if self.path(spec.dataset, spec.variant_id).exists():
+                _log.warning("variant %s will be regenerated: %s", spec.variant_id, exc)
+            return False
+        return manifest.matches(spec, config, num_features=num_features)
+
+    def save(self, manifest: Manifest, model: torch.nn.Module) -> Manifest:
+        """Writes a variant atomically and returns its manifest with ``weights_sha256`` filled in.
+
+        The weights and manifest go to a hidden temporary folder in ``<root>/<dataset>/``, which
+        is then renamed to ``<variant-id>``. An existing variant is renamed aside first and deleted
+        only after the new one is in place; if anything fails, the old one is put back.
+
+        Args:
+            manifest (Manifest): the variant's manifest; its ``weights_sha256`` is ignored.
+            model (torch.nn.Module): the trained model; its ``state_dict`` is saved.
+
+        Returns:
+            Manifest: the manifest as written.
+        """
+        from safetensors.torch import save as st_save
+
+        final = self.path(manifest.dataset, manifest.variant_id)
+        state = {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
+        data = st_save(state, metadata={"format": "pt", "variant_id": manifest.variant_id})
+        manifest = replace(manifest, weights_sha256=hashlib.sha256(data).hexdigest())
+        Manifest.from_dict(manifest.to_dict(), source=f"manifest of {manifest.variant_id}")
+
+        folder = final.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{manifest.variant_id}.tmp-"))
+        try:
+            _write_synced(tmp / _WEIGHTS, data)
+            text = json.dumps(manifest.to_dict(), indent=2) + "\n"
+            _write_synced(tmp / _MANIFEST, text.encode("utf-8"))
+            self._swap_in(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _log.info("saved variant %s/%s", manifest.dataset, manifest.variant_id)
+        return manifest
+
+    # ------------------------------------------------------------------------------------------
+
+    def _swap_in(self, tmp: Path, final: Path) -> None:
+        if not final.exists():
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+            return
+        old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            os.replace(old, final)  # put the previous variant back
+            raise
+        _fsync_dir(final.parent)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _read_manifest(self, dataset: str, variant_id: str) -> Manifest:
+        folder = self.path(dataset, variant_id)
+        path = folder / _MANIFEST
+        if not folder.is_dir():
+            raise ArtifactError(
+                f"variant {dataset}/{variant_id} not found in {self.root}; "
+                f"generate it with `gnnaas generate --dataset {dataset}`"
+            )
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ArtifactError(
+                f"{path} is missing; regenerate with `gnnaas generate --dataset {dataset} --force`"
+            ) from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ArtifactError(
+                f"{path} is unreadable ({exc}); "
+                f"regenerate with `gnnaas generate --dataset {dataset} --force`"
+            ) from None
+        if not isinstance(data, dict):
+            raise ArtifactError(f"{path} is not a JSON object; regenerate the variant")
+        manifest = Manifest.from_dict(data, source=str(path))
+        if manifest.dataset != dataset:
+            raise ArtifactError(
+                f"{path} describes a variant of dataset {manifest.dataset!r}, not {dataset!r}; "
+                f"move it to {self.root / manifest.dataset} or regenerate with "
+                f"`gnnaas generate --dataset {dataset} --force`"
+            )
+        if manifest.variant_id != variant_id:
+            raise ArtifactError(
+                f"{path} describes variant {manifest.variant_id!r}, not the folder's "
+                f"{variant_id!r}; regenerate with `gnnaas generate --dataset {dataset} --force`"
+            )
+        return manifest
+
+    def _read_checked_weights(self, manifest: Manifest) -> bytes:
+        path = self.path(manifest.dataset, manifest.variant_id) / _WEIGHTS
+        regen = f"regenerate with `gnnaas generate --dataset {manifest.dataset} --force`"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"{path} is missing; {regen}") from None
+        except OSError as exc:
+            raise ArtifactError(f"{path} is unreadable ({exc}); {regen}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != manifest.weights_sha256:
+            raise ArtifactError(
+                f"{path} is corrupt or was edited: its sha256 {digest[:12]}... does not match the "
+                f"manifest's {manifest.weights_sha256[:12]}...; {regen}"
+            )
+        return data
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of gnnaas, torch and torch_geometric, as recorded in manifests."""
+    import torch_geometric
+
+    import gnnaas
+
+    return {
+        "gnnaas": gnnaas.__version__,
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+    }
+
+
+def _number(value: Any) -> float:
+    # keeps integer metrics (epochs) integers in the JSON; rejects bools and strings
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"metric values must be numbers (got {value!r})")
+    return value
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

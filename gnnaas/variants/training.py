@@ -1,0 +1,425 @@
+"""Mini-batch training and evaluation of one model (ARCHITECTURE.md §3-4).
+
+Training is inductive: the model only sees the subgraph induced by the training nodes
+(``store.induced(store.train_idx)``), sampled with a seeded ``torch.Generator``; validation and
+test run on the full graph with consistent sampling, so an evaluation is deterministic. Every
+variant of a dataset trains with the same :class:`TrainConfig`; a variant's kept features
+(``keep``) only change the input width.
+
+Single-label datasets use cross-entropy and accuracy; multi-label ones use BCE-with-logits and
+F1-micro with logits thresholded at 0. Training stops early once the validation metric has not
+improved for ``patience`` evaluations, and the best-validation weights are restored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gnnaas.errors import ConfigError
+from gnnaas.models import GNN, Arch, build_model
+from gnnaas.typing import Device
+from gnnaas.utils import resolve_device
+
+if TYPE_CHECKING:
+    from gnnaas.data import GraphStore
+    from gnnaas.sampling import Block, NeighborSampler
+
+__all__ = ["TrainConfig", "TrainResult", "evaluate", "train_model"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters shared by every variant of a dataset.
+
+    Args:
+        hidden_channels (int, optional): width of the hidden layer(s). (default: ``256``)
+        num_layers (int, optional): number of GNN layers (= hops). (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+        lr (float, optional): Adam learning rate. (default: ``0.005``)
+        weight_decay (float, optional): Adam weight decay (L2). (default: ``5e-4``)
+        batch_size (int, optional): seed nodes per mini-batch, also for evaluation.
+            (default: ``1024``)
+        fanouts (tuple[int, ...], optional): neighbors sampled per hop in PyG order (the seeds'
+            neighbors first); ``-1`` takes all. One per layer. (default: ``(25, 10)``)
+        max_epochs (int, optional): upper bound on training epochs. (default: ``200``)
+        patience (int, optional): stop after this many evaluations without a better validation
+            metric. (default: ``20``)
+        eval_every (int, optional): evaluate on the validation set every this many epochs.
+            (default: ``1``)
+        seed (int, optional): seed of the initialization, shuffling, sampling and dropout.
+            (default: ``0``)
+
+    Example:
+        >>> TrainConfig(seed=1, max_epochs=50).fanouts
+        (25, 10)
+    """
+
+    hidden_channels: int = 256
+    num_layers: int = 2
+    dropout: float = 0.5
+    lr: float = 0.005
+    weight_decay: float = 5e-4
+    batch_size: int = 1024
+    fanouts: tuple[int, ...] = (25, 10)
+    max_epochs: int = 200
+    patience: int = 20
+    eval_every: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
+        for name in ("hidden_channels", "num_layers", "batch_size", "max_epochs", "patience"):
+            _check_positive_int("TrainConfig", name, getattr(self, name))
+        _check_positive_int("TrainConfig", "eval_every", self.eval_every)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"TrainConfig expects dropout in [0, 1) (got {self.dropout!r})")
+        if not self.lr > 0.0:
+            raise ConfigError(f"TrainConfig expects lr > 0 (got {self.lr!r})")
+        if not self.weight_decay >= 0.0:
+            raise ConfigError(f"TrainConfig expects weight_decay >= 0 (got {self.weight_decay!r})")
+        if len(self.fanouts) != self.num_layers:
+            raise ConfigError(
+                f"TrainConfig expects one fanout per layer: num_layers={self.num_layers} "
+                f"(got fanouts={self.fanouts})"
+            )
+        if any(f == 0 or f < -1 for f in self.fanouts):
+            raise ConfigError(f"TrainConfig expects fanouts >= 1 or -1 (got {self.fanouts})")
+
+
+@dataclass(eq=False)
+class TrainResult:
+    """The outcome of :func:`train_model`.
+
+    Args:
+        model (GNN): the model with its best-validation weights, on the CPU, in eval mode.
+        val_acc (float): best validation accuracy (F1-micro for multi-label), in ``[0, 1]``.
+        test_acc (float): test accuracy of ``model``, in ``[0, 1]`` (NaN without test nodes).
+        epochs (int): epochs run (early stopping included).
+        train_time_s (float): wall time of :func:`train_model`, final test evaluation included.
+        best_epoch (int): the epoch whose weights ``model`` holds.
+        history (list[dict[str, float]]): one entry per evaluation: ``epoch``, ``loss`` (mean
+            training loss of the epoch) and ``val_acc``.
+    """
+
+    model: GNN
+    val_acc: float
+    test_acc: float
+    epochs: int
+    train_time_s: float
+    best_epoch: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def train_model(
+    store: GraphStore,
+    arch: str | Arch,
+    config: TrainConfig | None = None,
+    *,
+    keep: Tensor | None = None,
+    device: Device = "cpu",
+    progress: bool = False,
+) -> TrainResult:
+    """Trains one model of architecture ``arch`` on ``store``, inductively, with early stopping.
+
+    Args:
+        store (GraphStore): the dataset; it stays on the CPU, mini-batches move to ``device``.
+        arch (str | Arch): ``sage`` or ``gin``.
+        config (TrainConfig, optional): hyper-parameters. (default: ``TrainConfig()``)
+        keep (Tensor, optional): ``[F_kept]`` int64 ids of the input features the model reads
+            (a pruned variant); ``None`` keeps all. (default: ``None``)
+        device (str | torch.device, optional): where the model trains (``auto``, ``cpu``,
+            ``cuda``). (default: ``"cpu"``)
+        progress (bool, optional): show a progress bar over epochs. (default: ``False``)
+
+    Returns:
+        TrainResult: the best-validation model (on the CPU, eval mode) and its metrics.
+
+    Raises:
+        ConfigError: unknown ``arch`` or bad ``keep``.
+
+    Example:
+        >>> result = train_model(load_dataset("synth-small"), "sage", TrainConfig(max_epochs=20))
+        >>> result.model.in_channels == result.model.first_layer_weights()[0].shape[1]
+        True
+    """
+    from tqdm import tqdm
+
+    from gnnaas.sampling import NeighborSampler
+
+    start = time.perf_counter()
+    config = TrainConfig() if config is None else config
+    arch = Arch.parse(arch)
+    device = resolve_device(device)
+    keep = _check_keep(keep, store.num_features)
+
+    train = store.induced(store.train_idx)  # inductive: train-only subgraph, ids 0..n_train-1
+    x_train = train.x if keep is None else train.feature_subset(keep)  # [N_train, F_kept]
+    x_full = store.x if keep is None else store.feature_subset(keep)  # [N, F_kept]
+    seeds = train.train_idx
+    if seeds.numel() < 2:
+        raise ValueError(f"train_model needs at least 2 training nodes (got {seeds.numel()})")
+    if store.val_idx.numel() == 0:
+        raise ValueError(
+            f"train_model needs validation nodes for early stopping; store '{store.name}' has none"
+        )
+    train_sampler = NeighborSampler(train.rowptr, train.col, config.fanouts, seed=config.seed)
+    eval_sampler = NeighborSampler(
+        store.rowptr, store.col, config.fanouts, consistent=True, seed=config.seed
+    )
+
+    torch.manual_seed(config.seed)  # init and dropout
+    generator = torch.Generator().manual_seed(config.seed)  # shuffling and sampling
+    model = build_model(
+        arch,
+        x_train.size(1),
+        config.hidden_channels,
+        store.num_classes,
+        num_layers=config.num_layers,
+        dropout=config.dropout,
+    ).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    _log.info(
+        "dataset: %s  arch: %s  in_channels: %d  train_nodes: %d  device: %s",
+        store.name,
+        arch.value,
+        x_train.size(1),
+        seeds.numel(),
+        device,
+    )
+
+    best_acc, best_epoch, best_state, stale = -1.0, 0, _copy_state(model), 0
+    history: list[dict[str, float]] = []
+    epoch = 0
+    bar = tqdm(total=config.max_epochs, desc=f"train {arch.value}", disable=not progress)
+    try:
+        for epoch in range(1, config.max_epochs + 1):
+            loss = _train_epoch(
+                model, optimizer, train_sampler, x_train, train.y, seeds, config, generator, device
+            )
+            bar.update(1)
+            if epoch % config.eval_every != 0 and epoch != config.max_epochs:
+                continue
+            val_acc = _evaluate(
+                model, eval_sampler, x_full, store.y, store.val_idx, config.batch_size, device
+            )
+            history.append({"epoch": float(epoch), "loss": loss, "val_acc": val_acc})
+            _log.info("epoch: %03d  loss: %.4f  val_acc: %.4f", epoch, loss, val_acc)
+            bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.4f}")
+            if val_acc > best_acc:
+                best_acc, best_epoch, best_state, stale = val_acc, epoch, _copy_state(model), 0
+            else:
+                stale += 1
+                if stale >= config.patience:
+                    break
+    finally:
+        bar.close()
+
+    model.load_state_dict(best_state)
+    test_acc = _evaluate(
+        model, eval_sampler, x_full, store.y, store.test_idx, config.batch_size, device
+    )
+    model = model.cpu().eval()
+    train_time_s = time.perf_counter() - start
+    _log.info(
+        "epochs: %d  best_epoch: %d  val_acc: %.4f  test_acc: %.4f  train_time_s: %.2f",
+        epoch,
+        best_epoch,
+        best_acc,
+        test_acc,
+        train_time_s,
+    )
+    return TrainResult(
+        model=model,
+        val_acc=best_acc,
+        test_acc=test_acc,
+        epochs=epoch,
+        train_time_s=train_time_s,
+        best_epoch=best_epoch,
+        history=history,
+    )
+
+
+def evaluate(
+    model: GNN,
+    store: GraphStore,
+    nodes: Tensor,
+    *,
+    keep: Tensor | None = None,
+    fanouts: Sequence[int] = (25, 10),
+    batch_size: int = 1024,
+    device: Device = "cpu",
+    seed: int = 0,
+) -> float:
+    """Accuracy (F1-micro for multi-label) of ``model`` on ``nodes`` of the full graph.
+
+    Neighborhoods are sampled consistently (each node's draw depends on its id, the hop and
+    ``seed`` only), so the result is deterministic for given ``nodes`` and ``batch_size``. It can
+    still move slightly with ``batch_size``: the sampler expands every node once, at the hop that
+    first reaches it, so a neighbor that is also a seed of the batch brings its hop-0 sample.
+
+    Args:
+        model (GNN): a model whose input width is ``len(keep)`` (or ``store.num_features``);
+            it is moved to ``device`` and keeps its train/eval mode.
+        store (GraphStore): the dataset (stays on the CPU).
+        nodes (Tensor): ``[n]`` int64 ids of the nodes to score (e.g. ``store.test_idx``).
+        keep (Tensor, optional): ``[F_kept]`` int64 kept feature ids. (default: ``None``)
+        fanouts (Sequence[int], optional): neighbors per hop, PyG order. (default: ``(25, 10)``)
+        batch_size (int, optional): seeds per batch. (default: ``1024``)
+        device (str | torch.device, optional): where the model runs. (default: ``"cpu"``)
+        seed (int, optional): seed of the consistent sampler. (default: ``0``)
+
+    Returns:
+        float: the metric in ``[0, 1]``.
+    """
+    from gnnaas.sampling import NeighborSampler
+
+    _check_positive_int("evaluate", "batch_size", batch_size)
+    nodes = torch.as_tensor(nodes, dtype=torch.int64)
+    if nodes.dim() != 1 or nodes.numel() == 0:
+        raise ValueError(
+            f"evaluate expects a non-empty 1-D nodes tensor (got {tuple(nodes.shape)})"
+        )
+    keep = _check_keep(keep, store.num_features)
+    device = resolve_device(device)
+    x = store.x if keep is None else store.feature_subset(keep)
+    if model.in_channels != x.size(1):
+        raise ValueError(
+            f"evaluate: the model reads {model.in_channels} features but keep selects {x.size(1)}; "
+            "pass the variant's kept feature ids as keep"
+        )
+    sampler = NeighborSampler(store.rowptr, store.col, tuple(fanouts), consistent=True, seed=seed)
+    was_training = model.training
+    model.to(device)
+    try:
+        return _evaluate(model, sampler, x, store.y, nodes, batch_size, device)
+    finally:
+        model.train(was_training)
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+
+def _train_epoch(
+    model: GNN,
+    optimizer: torch.optim.Optimizer,
+    sampler: NeighborSampler,
+    x: Tensor,
+    y: Tensor,
+    seeds: Tensor,
+    config: TrainConfig,
+    generator: torch.Generator,
+    device: torch.device,
+) -> float:
+    """One pass over shuffled ``seeds``; returns the mean training loss."""
+    model.train()
+    perm = seeds[torch.randperm(seeds.numel(), generator=generator)]
+    batches = list(torch.split(perm, config.batch_size))
+    if len(batches) > 1 and batches[-1].numel() < 2:
+        # batch norm cannot train on a single seed: fold it into the previous batch
+        batches[-2:] = [torch.cat(batches[-2:])]
+    total = torch.zeros((), device=device)
+    for batch in batches:
+        sub = sampler.sample(batch, generator=generator)
+        xb = _to_device(x[sub.n_id], device)  # [N_s, F_kept]
+        yb = _to_device(y[sub.n_id[: sub.batch_size]], device)  # [B] or [B, C]
+        out = model(xb, _blocks_to(sub.blocks, device))  # [B, C]
+        loss = _loss(out, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        total += loss.detach() * batch.numel()
+    return float(total) / seeds.numel()  # one sync per epoch
+
+
+def _evaluate(
+    model: GNN,
+    sampler: NeighborSampler,
+    x: Tensor,
+    y: Tensor,
+    nodes: Tensor,
+    batch_size: int,
+    device: torch.device,
+) -> float:
+    model.eval()
+    multi_label = y.dim() == 2
+    # single-label: [correct]; multi-label: [true positives, false positives, false negatives]
+    counts = torch.zeros(3 if multi_label else 1, dtype=torch.float64, device=device)
+    with torch.inference_mode():
+        for batch in torch.split(nodes, batch_size):
+            sub = sampler.sample(batch)
+            xb = _to_device(x[sub.n_id], device)  # [N_s, F_kept]
+            out = model(xb, _blocks_to(sub.blocks, device))  # [B, C]
+            yb = _to_device(y[batch], device)
+            if multi_label:
+                pred = out > 0
+                true = yb > 0.5
+                counts[0] += (pred & true).sum()
+                counts[1] += (pred & ~true).sum()
+                counts[2] += (~pred & true).sum()
+            else:
+                counts[0] += (out.argmax(dim=-1) == yb).sum()
+    if nodes.numel() == 0:
+        return float("nan")
+    counts = counts.cpu()  # the one sync of the evaluation
+    if not multi_label:
+        return float(counts[0]) / nodes.numel()
+    tp, fp, fn = (float(c) for c in counts)
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else 1.0
+
+
+def _loss(out: Tensor, y: Tensor) -> Tensor:
+    if y.dim() == 2:
+        return F.binary_cross_entropy_with_logits(out, y.to(out.dtype))
+    return F.cross_entropy(out, y)
+
+
+def _to_device(t: Tensor, device: torch.device) -> Tensor:
+    if device.type == "cpu":
+        return t
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
+def _blocks_to(blocks: Sequence[Block], device: torch.device) -> list[Block]:
+    if device.type == "cpu":
+        return list(blocks)
+    return [dataclasses.replace(b, edge_index=_to_device(b.edge_index, device)) for b in blocks]
+
+
+def _copy_state(model: torch.nn.Module) -> dict[str, Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _check_keep(keep: Tensor | None, num_features: int) -> Tensor | None:
+    if keep is None:
+        return None
+    keep = torch.as_tensor(keep)
+    if keep.dtype != torch.int64 or keep.dim() != 1 or keep.numel() == 0:
+        raise ConfigError(
+            f"keep must be a non-empty 1-D int64 tensor of feature ids "
+            f"(got dtype={keep.dtype}, shape={tuple(keep.shape)})"
+        )
+    if int(keep.min()) < 0 or int(keep.max()) >= num_features:
+        raise ConfigError(
+            f"keep holds feature ids outside [0, {num_features}) "
+            f"(got min {int(keep.min())}, max {int(keep.max())})"
+        )
+    return keep.cpu()
+
+
+def _check_positive_int(component: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{component} expects {name} to be an integer >= 1 (got {value!r})")

@@ -1,0 +1,148 @@
+"""Synthetic block model: determinism, symmetric CSR, skew, homophily, informative columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import gnnaas.data.synthetic as synthetic
+from gnnaas.data import PRESETS, GraphStore, load_dataset, make_synthetic
+from gnnaas.errors import ConfigError
+
+
+def _eta2(x: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Per column: between-class variance / total variance (the correlation ratio)."""
+    counts = torch.bincount(y, minlength=num_classes).float().unsqueeze(1)
+    means = torch.zeros(num_classes, x.size(1)).index_add_(0, y, x) / counts
+    between = (counts * (means - x.mean(0)) ** 2).sum(0) / x.size(0)
+    return between / x.var(0, unbiased=False)
+
+
+def test_csr_is_symmetric_sorted_without_loops_or_duplicates(small_store: GraphStore) -> None:
+    s = small_store
+    src, dst = s.edge_index
+    n = s.num_nodes
+    key = dst * n + src
+    assert bool((key[1:] > key[:-1]).all())  # sorted by target then source, no duplicates
+    assert not bool((src == dst).any())
+    reverse = (src * n + dst).sort().values
+    assert torch.equal(reverse, key)  # every edge has its reverse
+
+
+def test_small_preset_statistics(small_store: GraphStore) -> None:
+    s = small_store
+    cfg = PRESETS["small"]
+    assert (s.num_nodes, s.num_features, s.num_classes) == (3000, 64, 5)
+    assert abs(s.num_edges - cfg.num_edges) <= 0.1 * cfg.num_edges
+    assert s.name == "synth-small" and s.source == "synthetic" and not s.multi_label
+    assert s.x.dtype == torch.float32 and s.x.is_contiguous() and s.y.dtype == torch.long
+    assert s.train_idx.numel() == pytest.approx(0.6 * 3000, abs=5)
+    assert s.val_idx.numel() == pytest.approx(0.2 * 3000, abs=5)
+    parts = torch.cat([s.train_idx, s.val_idx, s.test_idx])
+    assert torch.equal(parts.sort().values, torch.arange(3000))
+
+
+def test_degrees_are_skewed(small_store: GraphStore) -> None:
+    deg = small_store.in_degree.float()
+    assert deg.max() > 10 * deg.mean()
+    assert deg.median() < deg.mean()
+
+
+def test_homophily_is_near_the_parameter(small_store: GraphStore) -> None:
+    src, dst = small_store.edge_index
+    same = (small_store.y[src] == small_store.y[dst]).float().mean()
+    assert abs(float(same) - PRESETS["small"].homophily) < 0.04
+
+
+def test_informative_columns_carry_the_class(small_store: GraphStore) -> None:
+    s = small_store
+    assert s.informative is not None
+    m = PRESETS["small"].informative_count
+    assert s.informative.numel() == m and 4 <= m <= s.num_features // 8
+    assert not torch.equal(s.informative, torch.arange(m))  # a random subset, not the first m
+    eta2 = _eta2(s.x, s.y, s.num_classes)
+    noise = torch.ones(s.num_features, dtype=torch.bool)
+    noise[s.informative] = False
+    assert eta2[s.informative].min() > 3 * eta2[noise].max()
+    assert eta2[s.informative].mean() > 20 * eta2[noise].mean()
+
+
+def test_neighbor_mean_is_more_informative_than_own_features(small_store: GraphStore) -> None:
+    """With homophily, averaging neighbors sharpens the class signal (what a GNN exploits)."""
+    s = small_store
+    assert s.informative is not None
+    x = s.x[:, s.informative]
+    src, dst = s.edge_index
+    agg = torch.zeros_like(x).index_add_(0, dst, x[src])
+    agg /= s.in_degree.clamp(min=1).unsqueeze(1)
+    assert _eta2(agg, s.y, 5).mean() > 2 * _eta2(x, s.y, 5).mean()
+
+
+def test_same_seed_same_graph_other_seed_other_graph() -> None:
+    cfg = PRESETS["small"].scaled(0.2)
+    a, b = make_synthetic(cfg, seed=7), make_synthetic(cfg, seed=7)
+    for field in ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "informative"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    c = make_synthetic(cfg, seed=8)
+    assert not torch.equal(a.x, c.x)
+    assert not torch.equal(a.y, c.y)
+    assert a.num_edges != c.num_edges or not torch.equal(a.col, c.col)
+
+
+def test_scaled_name_and_size() -> None:
+    s = load_dataset("SYNTH-Flickr@0.010", seed=0)
+    cfg = PRESETS["flickr"]
+    assert s.name == "synth-flickr@0.01"
+    assert s.num_nodes == round(0.01 * cfg.num_nodes)
+    assert abs(s.num_edges - 0.01 * cfg.num_edges) <= 0.1 * 0.01 * cfg.num_edges
+    assert (s.num_features, s.num_classes) == (500, 7)
+    assert load_dataset("synth-small@1", seed=0).name == "synth-small"
+
+
+def test_multi_label_yelp_shapes() -> None:
+    s = load_dataset("synth-yelp@0.005", seed=0)
+    n = round(0.005 * PRESETS["yelp"].num_nodes)
+    assert s.multi_label and s.num_classes == 100
+    assert s.y.shape == (n, 100) and s.y.dtype == torch.float32
+    assert set(s.y.unique().tolist()) <= {0.0, 1.0}
+    per_node = s.y.sum(1)
+    assert 2.0 < float(per_node.mean()) < 6.0  # a few labels per node
+    assert s.informative is not None and s.informative.numel() == 30
+    parts = torch.cat([s.train_idx, s.val_idx, s.test_idx])
+    assert torch.equal(parts.sort().values, torch.arange(n))
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        ("synth-huge", "unknown synthetic dataset 'synth-huge'.*synth-small"),
+        ("synth-flickr@0", r"scale must be a number in \(0, 10\]"),
+        ("synth-flickr@abc", "unknown synthetic dataset"),
+        ("synth-flickr@1e-9", r"scale must be a number|use a larger scale"),
+        ("synth-products@0.00001", "use a larger scale"),
+    ],
+)
+def test_bad_synthetic_names(name: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_dataset(name)
+
+
+def test_large_graphs_are_cached_as_safetensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(synthetic, "_CACHE_MIN_SIZE", 0)
+    first = load_dataset("synth-small@0.3", seed=2, cache_dir=tmp_path)
+    files = list((tmp_path / "synthetic").glob("*.safetensors"))
+    assert [f.name for f in files] == [
+        f"synth-small_at_0.3-seed2-v{synthetic.GENERATOR_VERSION}.safetensors"
+    ]
+    monkeypatch.setattr(synthetic, "make_synthetic", None)  # a rebuild would fail
+    again = load_dataset("synth-small@0.3", seed=2, cache_dir=tmp_path)
+    for field in ("rowptr", "col", "x", "y", "train_idx", "informative"):
+        assert torch.equal(getattr(first, field), getattr(again, field)), field
+    files[0].write_bytes(b"garbage")  # a corrupt file is ignored and rebuilt
+    monkeypatch.undo()
+    monkeypatch.setattr(synthetic, "_CACHE_MIN_SIZE", 0)
+    assert torch.equal(load_dataset("synth-small@0.3", seed=2, cache_dir=tmp_path).x, first.x)

@@ -1,0 +1,179 @@
+"""The shared GNN behaviour of SAGE and GIN: one forward for blocks and for full graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from gnnaas.errors import ConfigError
+from gnnaas.models import GIN, GNN, SAGE, Arch, build_model
+from gnnaas.sampling import Block, NeighborSampler
+
+ARCHS = ["sage", "gin"]
+
+# a tiny directed graph (row 0 source, row 1 target): a 6-cycle, two chords and a pendant node 6
+EDGE_INDEX = torch.tensor(
+    [
+        [0, 1, 2, 3, 4, 5, 1, 2, 3, 0, 4, 6, 2],
+        [1, 2, 3, 4, 5, 0, 0, 1, 2, 3, 1, 2, 6],
+    ]
+)
+NUM_NODES = 7
+IN, HIDDEN, OUT = 5, 8, 3
+
+
+def _full_blocks(edge_index: Tensor, seeds: Tensor, num_layers: int) -> tuple[Tensor, list[Block]]:
+    """Every in-neighbor of every node, hop by hop: the blocks of a fanout -1 sample."""
+    n_id = seeds.clone()
+    hops: list[tuple[Tensor, Tensor, tuple[int, int]]] = []
+    for _ in range(num_layers):
+        num_dst = n_id.numel()
+        src, dst = edge_index[:, torch.isin(edge_index[1], n_id)]
+        n_id = torch.cat([n_id, torch.unique(src[~torch.isin(src, n_id)])])
+        hops.append((src, dst, (n_id.numel(), num_dst)))
+    local = torch.full((NUM_NODES,), -1, dtype=torch.int64)
+    local[n_id] = torch.arange(n_id.numel())
+    blocks = [Block(torch.stack([local[src], local[dst]]), size) for src, dst, size in hops]
+    return n_id, blocks[::-1]  # forward order: outermost hop first
+
+
+def _model(arch: str, num_layers: int = 2) -> GNN:
+    torch.manual_seed(0)
+    return build_model(arch, IN, HIDDEN, OUT, num_layers=num_layers, dropout=0.5)
+
+
+def _check_shape(out: Tensor, rows: int) -> None:
+    assert out.shape == (rows, OUT)
+    assert out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+@pytest.mark.parametrize("seeds", [[0], [2, 5, 6]])
+def test_blocks_output_one_row_per_seed(arch: str, num_layers: int, seeds: list[int]) -> None:
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor(seeds), num_layers)
+    model = _model(arch, num_layers).eval()
+    x = torch.randn(n_id.numel(), IN)
+    _check_shape(model(x, blocks), len(seeds))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+def test_full_graph_output_one_row_per_node(arch: str, num_layers: int) -> None:
+    model = _model(arch, num_layers).eval()
+    _check_shape(model(torch.randn(NUM_NODES, IN), EDGE_INDEX), NUM_NODES)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+@pytest.mark.parametrize("seeds", [[0], [3, 1], [6, 0, 4, 2]])
+def test_full_neighborhood_blocks_match_full_graph(
+    arch: str, num_layers: int, seeds: list[int]
+) -> None:
+    model = _model(arch, num_layers)
+    with torch.no_grad():  # non-trivial batch-norm statistics, used in eval mode
+        for buf in model.buffers():
+            if buf.dtype.is_floating_point:
+                buf.uniform_(0.5, 1.5)
+    model.eval()
+    x = torch.randn(NUM_NODES, IN)
+    seed_ids = torch.tensor(seeds)
+    n_id, blocks = _full_blocks(EDGE_INDEX, seed_ids, num_layers)
+    full = model(x, EDGE_INDEX)[seed_ids]
+    sampled = model(x[n_id], blocks)
+    torch.testing.assert_close(sampled, full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sampler_blocks_with_all_neighbors_match_full_graph(arch: str) -> None:
+    # CSR over incoming edges: the in-neighbors of i are col[rowptr[i]:rowptr[i + 1]]
+    order = torch.argsort(EDGE_INDEX[1], stable=True)
+    col = EDGE_INDEX[0, order]
+    rowptr = torch.zeros(NUM_NODES + 1, dtype=torch.int64)
+    rowptr[1:] = torch.bincount(EDGE_INDEX[1], minlength=NUM_NODES).cumsum(0)
+    sampler = NeighborSampler(rowptr, col, (-1, -1))
+    model = _model(arch).eval()
+    x = torch.randn(NUM_NODES, IN)
+    seeds = torch.tensor([4, 0, 6])
+    sub = sampler.sample(seeds, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(
+        model(x[sub.n_id], sub.blocks), model(x, EDGE_INDEX)[seeds], rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gradients_reach_the_first_layer(arch: str) -> None:
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0, 1, 2]), 2)
+    model = _model(arch).train()
+    out = model(torch.randn(n_id.numel(), IN), blocks)
+    torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 2])).backward()
+    for weight in model.first_layer_weights():
+        assert weight.grad is not None and weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_dropout_only_in_training(arch: str) -> None:
+    model = _model(arch)
+    x = torch.randn(NUM_NODES, IN)
+    model.eval()
+    torch.testing.assert_close(model(x, EDGE_INDEX), model(x, EDGE_INDEX))
+    model.train()
+    assert not torch.allclose(model(x, EDGE_INDEX), model(x, EDGE_INDEX))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_wrong_number_of_blocks(arch: str) -> None:
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0]), 1)
+    with pytest.raises(ValueError, match="expects 2 blocks \\(got 1\\)"):
+        _model(arch)(torch.randn(n_id.numel(), IN), blocks)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_first_layer_weights_multiply_the_input(arch: str) -> None:
+    model = _model(arch)
+    weights = model.first_layer_weights()
+    assert len(weights) == (2 if arch == "sage" else 1)
+    params = {id(p) for p in model.convs[0].parameters()}
+    for w in weights:
+        assert w.shape == (HIDDEN, IN)
+        assert id(w) in params
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"), [("sage", SAGE), ("SAGE", SAGE), (" Gin ", GIN), (Arch.GIN, GIN)]
+)
+def test_build_model_accepts_names_in_any_case(name: str, cls: type[GNN]) -> None:
+    model = build_model(name, IN, HIDDEN, OUT)
+    assert type(model) is cls
+    assert model.arch is Arch.parse(name)
+    assert (model.in_channels, model.hidden_channels, model.out_channels) == (IN, HIDDEN, OUT)
+
+
+def test_build_model_unknown_arch() -> None:
+    with pytest.raises(ConfigError, match="unknown arch 'x'; choose sage or gin"):
+        build_model("x", IN, HIDDEN, OUT)
+    assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"in_channels": 0}, "in_channels to be an integer >= 1 \\(got 0\\)"),
+        ({"num_layers": 0}, "num_layers to be an integer >= 1 \\(got 0\\)"),
+        ({"dropout": 1.0}, "dropout in \\[0, 1\\) \\(got 1.0\\)"),
+    ],
+)
+def test_bad_dims(arch: str, kwargs: dict[str, float], match: str) -> None:
+    args: dict[str, float] = {"in_channels": IN, "hidden_channels": HIDDEN, "out_channels": OUT}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        build_model(arch, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("arch", "name"), [("sage", "SAGE"), ("gin", "GIN")])
+def test_repr(arch: str, name: str) -> None:
+    model = build_model(arch, 1433, 256, 7, num_layers=2, dropout=0.5)
+    assert repr(model) == f"{name}(1433, 256, 7, num_layers=2, dropout=0.5)"

@@ -1,0 +1,95 @@
+"""profiles.csv / service_times.csv: schema, round trip, has_profiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from gnnaas.errors import ArtifactError
+from gnnaas.profiling.table import (
+    PROFILE_COLUMNS,
+    SERVICE_TIME_COLUMNS,
+    has_profiles,
+    read_profiles,
+    read_service_times,
+    write_profiles,
+)
+
+# the schema docs/internals.md fixes
+DOC_PROFILE_COLUMNS = (
+    "dataset, variant, arch, ranking, prune, features_kept, split, batch_size, num_batches, "
+    "accuracy, accuracy_std, sample_ms, comm_ms, comp_ms, latency_ms, latency_p95_ms, "
+    "latency_p99_ms, latency_std_ms, e2e_ms, comm_comp, size_kb, mem_mb, unique_frac, "
+    "pred_comm_ms, pred_comp_ms, device, threads, torch_version, date"
+)
+
+
+@dataclass
+class _Manifest:
+    variant_id: str
+    created: str = "2026-11-23T09:00:00Z"
+
+
+def test_schema_matches_docs() -> None:
+    assert PROFILE_COLUMNS == tuple(c.strip() for c in DOC_PROFILE_COLUMNS.split(","))
+    assert SERVICE_TIME_COLUMNS == (
+        "variant",
+        "batch_size",
+        "sample_ms",
+        "gather_ms",
+        "compute_ms",
+        "e2e_ms",
+    )
+
+
+def test_round_trip(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> None:
+    rows = fake_rows
+    path = write_profiles(rows, tmp_path / "profiles.csv")
+    assert path.read_text().splitlines()[0] == ",".join(PROFILE_COLUMNS)
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write leaves no temporary
+    df = read_profiles(tmp_path)  # the folder works too
+    assert list(df.columns) == list(PROFILE_COLUMNS)
+    assert len(df) == len(rows)
+    expected = pd.DataFrame(rows)
+    pd.testing.assert_series_equal(df["accuracy"], expected["accuracy"], rtol=1e-5)
+    assert df["prune"].dtype == "int64"
+    assert pd.api.types.is_string_dtype(df["date"])
+    assert df["variant"].iloc[0] == rows[0]["variant"]
+
+
+def test_service_times_round_trip(fake_profiles_dir: Path) -> None:
+    df = read_service_times(fake_profiles_dir)
+    assert list(df.columns) == list(SERVICE_TIME_COLUMNS)
+    assert sorted(df["batch_size"].unique()) == [1, 32, 256, 1024]
+
+
+def test_write_rejects_missing_columns(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> None:
+    row = fake_rows[0]
+    del row["mem_mb"]
+    with pytest.raises(ValueError, match="lacks columns \\['mem_mb'\\]"):
+        write_profiles([row], tmp_path / "profiles.csv")
+
+
+def test_read_errors(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="not found; run `gnnaas profile"):
+        read_profiles(tmp_path)
+    (tmp_path / "profiles.csv").write_text("dataset,variant\nCora,x\n")
+    with pytest.raises(ArtifactError, match="lacks columns"):
+        read_profiles(tmp_path / "profiles.csv")
+
+
+def test_has_profiles(
+    fake_profiles_dir: Path, tmp_path: Path, fake_rows: list[dict[str, Any]]
+) -> None:
+    variants = sorted({r["variant"] for r in fake_rows})
+    manifests = [_Manifest(v) for v in variants]
+    assert has_profiles(fake_profiles_dir, manifests)
+    assert not has_profiles(fake_profiles_dir, [])
+    assert not has_profiles(fake_profiles_dir, [*manifests, _Manifest("sage-lasso-16x")])
+    # a variant regenerated after profiling needs a new profile
+    assert not has_profiles(fake_profiles_dir, [_Manifest(variants[0], "2026-11-24T00:00:00Z")])
+    assert not has_profiles(tmp_path / "nowhere", manifests)

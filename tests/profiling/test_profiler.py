@@ -1,0 +1,175 @@
+"""The profiler on a tiny repository of synth-small variants (trained once for the module)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from gnnaas.errors import ArtifactError
+from gnnaas.profiling.perfmodel import Calibration
+from gnnaas.profiling.profiler import profile_dataset
+from gnnaas.profiling.table import (
+    PROFILE_COLUMNS,
+    SERVICE_TIME_COLUMNS,
+    has_profiles,
+    read_profiles,
+    read_service_times,
+)
+from gnnaas.variants.pipeline import generate_variants
+from gnnaas.variants.repository import VariantRepository
+from gnnaas.variants.training import TrainConfig
+
+TINY = TrainConfig(hidden_channels=16, fanouts=(5, 3), batch_size=512, max_epochs=2, patience=1)
+VARIANTS = ["gin-full-1x", "sage-full-1x", "sage-random-4x"]
+FIXED_RATES = Calibration(bw=5e9, ops=5e10, device="cpu")  # skips the calibration step
+
+
+@pytest.fixture(scope="module")
+def tiny_repo(small_store: Any, tmp_path_factory: pytest.TempPathFactory) -> VariantRepository:
+    """Three tiny variants of synth-small: SAGE 1x and random 4x, GIN 1x."""
+    repo = VariantRepository(tmp_path_factory.mktemp("variants"))
+    generate_variants(
+        small_store, repo, archs=["sage"], rankings=["random"], prunes=[1, 4], config=TINY
+    )
+    generate_variants(
+        small_store, repo, archs=["gin"], rankings=["random"], prunes=[1], config=TINY
+    )
+    assert [m.variant_id for m in repo.list(small_store.name)] == VARIANTS
+    return repo
+
+
+@pytest.fixture(scope="module")
+def profiled(
+    small_store: Any, tiny_repo: VariantRepository, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Any, pd.DataFrame]:
+    out = tmp_path_factory.mktemp("profiles")
+    result = profile_dataset(
+        small_store,
+        tiny_repo,
+        out,
+        batch_size=TINY.batch_size,  # training's: sampled blocks depend on batch composition
+        runs=3,
+        device="cpu",
+        warmup=1,
+        service_runs=1,
+        calibration=FIXED_RATES,
+    )
+    return result, read_profiles(result.path)
+
+
+def test_rows_for_every_variant_and_split(small_store: Any, profiled: Any) -> None:
+    result, df = profiled
+    assert result.num_profiled == 3 and result.skipped == []
+    assert result.path.name == "profiles.csv"
+    assert result.path.parent.name == small_store.name
+    assert list(df.columns) == list(PROFILE_COLUMNS)
+    assert sorted(zip(df["variant"], df["split"], strict=True)) == sorted(
+        (v, s) for v in VARIANTS for s in ("val", "test")
+    )
+    assert not df.isna().any().any()
+
+
+def test_values_are_sane(small_store: Any, profiled: Any) -> None:
+    _, df = profiled
+    assert df["accuracy"].between(0, 100).all()
+    assert (df["accuracy_std"] >= 0).all()
+    assert (df["latency_ms"] <= df["latency_p95_ms"]).all()
+    assert (df["latency_p95_ms"] <= df["latency_p99_ms"]).all()
+    for col in (
+        "sample_ms",
+        "comm_ms",
+        "comp_ms",
+        "latency_ms",
+        "e2e_ms",
+        "size_kb",
+        "mem_mb",
+        "unique_frac",
+        "pred_comm_ms",
+        "pred_comp_ms",
+    ):
+        assert (df[col] > 0).all(), col
+    assert df["comm_comp"].to_numpy() == pytest.approx(
+        (df["comm_ms"] / df["comp_ms"]).to_numpy(), rel=1e-4
+    )
+    assert (df["e2e_ms"] >= df["sample_ms"]).all()
+    assert (df["batch_size"] == TINY.batch_size).all()
+    val = df[df["split"] == "val"].set_index("variant")
+    assert int(val.loc["sage-random-4x", "features_kept"]) == small_store.num_features // 4
+    assert val.loc["sage-random-4x", "size_kb"] < val.loc["sage-full-1x", "size_kb"]
+    assert val.loc["sage-random-4x", "pred_comm_ms"] < val.loc["sage-full-1x", "pred_comm_ms"]
+    assert set(df["device"]) == {"cpu"} and (df["threads"] >= 1).all()
+    assert df["num_batches"].iloc[0] == math.ceil(small_store.val_idx.numel() / TINY.batch_size)
+
+
+def test_accuracy_matches_training_evaluation(
+    tiny_repo: VariantRepository, profiled: Any, small_store: Any
+) -> None:
+    # consistent sampling: the profile's validation accuracy is the one training measured
+    _, df = profiled
+    val = df[df["split"] == "val"].set_index("variant")
+    for manifest in tiny_repo.list(small_store.name):
+        expected = 100 * manifest.metrics["val_acc"]
+        assert val.loc[manifest.variant_id, "accuracy"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_service_times(profiled: Any) -> None:
+    result, _ = profiled
+    st = read_service_times(result.service_times_path)
+    assert list(st.columns) == list(SERVICE_TIME_COLUMNS)
+    assert sorted(zip(st["variant"], st["batch_size"], strict=True)) == sorted(
+        (v, b) for v in VARIANTS for b in (1, 32, 256, 1024)
+    )
+    assert (st[["sample_ms", "gather_ms", "compute_ms", "e2e_ms"]] > 0).all().all()
+
+
+def test_has_profiles_after_profiling(
+    small_store: Any, tiny_repo: VariantRepository, profiled: Any
+) -> None:
+    result, _ = profiled
+    assert has_profiles(result.path.parent, tiny_repo.list(small_store.name))
+
+
+def test_corrupt_variant_is_skipped(
+    small_store: Any, tiny_repo: VariantRepository, tmp_path: Path
+) -> None:
+    repo = VariantRepository(tmp_path / "variants")
+    shutil.copytree(tiny_repo.root / small_store.name, repo.root / small_store.name)
+    weights = repo.path(small_store.name, "sage-random-4x") / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"corrupt!")
+    (repo.path(small_store.name, "gin-full-1x") / "manifest.json").write_text("{not json")
+    result = profile_dataset(
+        small_store,
+        repo,
+        tmp_path / "profiles",
+        batch_size=512,
+        runs=1,
+        warmup=0,
+        service_runs=1,
+        calibration=FIXED_RATES,
+    )
+    reasons = dict(result.skipped)
+    assert sorted(reasons) == ["gin-full-1x", "sage-random-4x"]
+    assert "sha256" in reasons["sage-random-4x"]
+    assert "manifest.json" in reasons["gin-full-1x"]
+    assert result.num_profiled == 1
+    assert set(read_profiles(result.path)["variant"]) == {"sage-full-1x"}
+
+
+def test_empty_repository(small_store: Any, tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="gnnaas generate --dataset synth-small"):
+        profile_dataset(
+            small_store, VariantRepository(tmp_path), tmp_path / "p", calibration=FIXED_RATES
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"), [({"batch_size": 0}, "batch_size"), ({"runs": 0}, "runs")]
+)
+def test_bad_arguments(small_store: Any, tmp_path: Path, kwargs: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        profile_dataset(small_store, VariantRepository(tmp_path), tmp_path, **kwargs)

@@ -1,0 +1,22 @@
+"""Fixtures of the serving tests (the fakes live in ``serving_fakes.py``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from serving_fakes import FakeModel, make_toy_registry
+
+from gnnaas.serving import VariantRegistry
+
+# Starlette 1.x warns once, at import, that its TestClient prefers `httpx2` over the installed
+# `httpx`; the tests run with warnings as errors, so import it here quietly, once.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
+    import starlette.testclient  # noqa: F401
+
+
+@pytest.fixture
+def toy() -> tuple[VariantRegistry, dict[str, FakeModel]]:
+    """A fresh toy registry and its models."""
+    return make_toy_registry()

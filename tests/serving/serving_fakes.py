@@ -1,0 +1,228 @@
+"""Fakes for the serving tests: a toy store, an identity sampler and gated linear models."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnaas.serving import ServiceCurve, ServingVariant, VariantProfile, VariantRegistry
+
+NUM_NODES, NUM_FEATURES, NUM_CLASSES = 100, 8, 3
+
+
+class FakeStore:
+    """A ring graph with random features; enough of ``GraphStore`` for serving."""
+
+    def __init__(self, name: str = "toy", num_nodes: int = NUM_NODES) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.name = name
+        self.x = torch.randn(num_nodes, NUM_FEATURES, generator=g)
+        self.rowptr = torch.arange(num_nodes + 1)
+        self.col = (torch.arange(num_nodes) + 1) % num_nodes
+        self.num_classes = NUM_CLASSES
+        self.multi_label = False
+
+    @property
+    def num_nodes(self) -> int:
+        return self.x.size(0)
+
+    @property
+    def num_features(self) -> int:
+        return self.x.size(1)
+
+    def feature_subset(self, keep: Tensor) -> Tensor:
+        return self.x[:, keep].contiguous()
+
+
+class IdentitySampler:
+    """Samples no neighbors: the model sees the seeds' own features only."""
+
+    def sample(self, seeds: Tensor, generator: Any = None) -> SimpleNamespace:
+        return SimpleNamespace(n_id=seeds, batch_size=seeds.numel(), blocks=[])
+
+
+class FakeModel(torch.nn.Module):
+    """A linear layer that counts calls and can be held (``gate``) or made to fail."""
+
+    def __init__(self, in_channels: int, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.lin = torch.nn.Linear(in_channels, NUM_CLASSES)
+        self.calls = 0
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+        self.fail: str | None = None
+
+    def forward(self, x: Tensor, blocks: list[Any]) -> Tensor:
+        self.calls += 1
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail is not None:
+            raise RuntimeError(self.fail)
+        return self.lin(x)
+
+
+# variant id -> (kept features, validation accuracy %, service curve points); None: no profile
+TOY_VARIANTS: dict[str, tuple[int, float | None, dict[int, float] | None]] = {
+    "sage-full-1x": (8, 90.0, {1: 3.0, 32: 6.0, 256: 20.0, 1024: 60.0}),
+    "sage-lasso-2x": (4, 89.0, {1: 2.0, 32: 4.0, 256: 12.0, 1024: 36.0}),
+    "sage-lasso-8x": (1, 85.0, {1: 1.0, 32: 2.0, 256: 6.0, 1024: 18.0}),
+    "gin-random-8x": (1, None, None),
+}
+
+
+def make_toy_registry(
+    variants: dict[str, tuple[int, float | None, dict[int, float] | None]] = TOY_VARIANTS,
+) -> tuple[VariantRegistry, dict[str, FakeModel]]:
+    """A registry over :class:`FakeStore` and :class:`FakeModel` variants, and the models."""
+    store = FakeStore()
+    models: dict[str, FakeModel] = {}
+    served = []
+    for i, (variant_id, (kept, accuracy, curve)) in enumerate(variants.items()):
+        arch, ranking, prune = variant_id.split("-")
+        models[variant_id] = FakeModel(kept, seed=i)
+        profile = None
+        if accuracy is not None and curve is not None:
+            profile = VariantProfile(accuracy, ServiceCurve.from_points(curve), accuracy - 1)
+        served.append(
+            ServingVariant(
+                dataset="toy",
+                variant_id=variant_id,
+                arch=arch,
+                ranking=ranking,
+                prune=int(prune[:-1]),
+                kept_features=torch.arange(kept),
+                fanouts=(2, 2),
+                model=models[variant_id],
+                profile=profile,
+            )
+        )
+    registry = VariantRegistry.from_objects(
+        [store], served, sampler_factory=lambda store, fanouts: IdentitySampler()
+    )
+    return registry, models
+
+
+@contextmanager
+def held(model: FakeModel) -> Iterator[threading.Event]:
+    """Holds ``model``'s forward passes until the block exits (or the event is set)."""
+    gate = threading.Event()
+    model.entered.clear()
+    model.gate = gate
+    try:
+        yield gate
+    finally:
+        gate.set()
+        model.gate = None
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Polls ``cond`` (set by another thread) until it holds."""
+    done = threading.Event()
+    deadline = timeout_s
+    step = 0.002
+    while not cond():
+        if deadline <= 0:
+            raise AssertionError("condition not reached in time")
+        done.wait(step)
+        deadline -= step
+
+
+# -- a tiny on-disk repository (real manifests, weights and profile tables) ----------------------
+
+# variant id -> (prune, validation accuracy %, e2e ms at batch sizes 1, 32, 256, 1024)
+TINY_VARIANTS: dict[str, tuple[int, float, tuple[float, float, float, float]]] = {
+    "sage-full-1x": (1, 80.0, (4.0, 8.0, 30.0, 100.0)),
+    "sage-random-4x": (4, 70.0, (2.0, 4.0, 12.0, 40.0)),
+}
+
+
+def tiny_store(name: str = "tiny", num_nodes: int = 300) -> Any:
+    """A random graph as a real ``GraphStore``."""
+    from gnnaas.data.store import GraphStore
+
+    g = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, num_nodes, (2, 8 * num_nodes), generator=g)
+    x = torch.randn(num_nodes, 16, generator=g)
+    y = torch.randint(0, NUM_CLASSES, (num_nodes,), generator=g)
+    return GraphStore.from_edge_index(name, edge_index, x, y, NUM_CLASSES)
+
+
+def write_tiny_repository(
+    root: Any,
+    store: Any,
+    variants: dict[str, tuple[int, float, tuple[float, float, float, float]]] = TINY_VARIANTS,
+    *,
+    profiled: tuple[str, ...] | None = None,
+) -> tuple[Any, Any]:
+    """Saves untrained variants of ``store`` and their profiles under ``root``.
+
+    Returns the variants folder and the profiles folder. ``profiled`` limits which variants get
+    profile rows (default: all).
+    """
+    from pathlib import Path
+
+    from gnnaas.models import build_model
+    from gnnaas.profiling.table import (
+        PROFILE_COLUMNS,
+        SERVICE_TIME_BATCH_SIZES,
+        write_profiles,
+        write_service_times,
+    )
+    from gnnaas.variants.repository import MANIFEST_FORMAT, Manifest, VariantRepository
+
+    variants_dir, profiles_dir = Path(root) / "variants", Path(root) / "profiles"
+    repo = VariantRepository(variants_dir)
+    profile_rows, service_rows = [], []
+    for variant_id, (prune, accuracy, e2e) in variants.items():
+        arch, ranking, _ = variant_id.split("-")
+        kept = list(range(0, store.num_features, prune))[: store.num_features // prune]
+        torch.manual_seed(prune)
+        model = build_model(arch, len(kept), 16, store.num_classes)
+        manifest = Manifest(
+            format=MANIFEST_FORMAT,
+            dataset=store.name,
+            variant_id=variant_id,
+            arch=arch,
+            ranking=ranking,
+            prune=prune,
+            num_features=store.num_features,
+            kept_features=kept,
+            in_channels=len(kept),
+            hidden_channels=16,
+            out_channels=store.num_classes,
+            num_layers=2,
+            dropout=0.5,
+            fanouts=[5, 3],
+            multi_label=False,
+            metrics={"val_acc": accuracy / 100, "test_acc": accuracy / 100},
+            seed=0,
+        )
+        repo.save(manifest, model)
+        if profiled is not None and variant_id not in profiled:
+            continue
+        for split in ("val", "test"):
+            row: dict[str, Any] = dict.fromkeys(PROFILE_COLUMNS, 1.0)
+            row.update(
+                dataset=store.name, variant=variant_id, arch=arch, ranking=ranking, prune=prune,
+                features_kept=len(kept), split=split, batch_size=1024, num_batches=2,
+                accuracy=accuracy - (split == "test"), latency_ms=e2e[-1], e2e_ms=e2e[-1],
+                device="cpu", threads=2, torch_version=torch.__version__,
+                date="2099-01-01T00:00:00Z",
+            )  # fmt: skip
+            profile_rows.append(row)
+        for batch_size, ms in zip(SERVICE_TIME_BATCH_SIZES, e2e, strict=True):
+            service_rows.append(
+                {"variant": variant_id, "batch_size": batch_size, "sample_ms": ms / 4,
+                 "gather_ms": ms / 4, "compute_ms": ms / 2, "e2e_ms": ms}
+            )  # fmt: skip
+    write_profiles(profile_rows, profiles_dir / store.name)
+    write_service_times(service_rows, profiles_dir / store.name)
+    return variants_dir, profiles_dir

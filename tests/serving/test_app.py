@@ -1,0 +1,376 @@
+"""The HTTP API over a toy registry: selection, batching, errors, health and metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait_until
+
+from gnnaas.serving import Router, Settings, VariantRegistry, create_app
+
+URL = "/v1/datasets/toy/predict"
+SETTINGS = dict(max_request_nodes=64, max_queue_nodes=128, max_body_bytes=2048, max_wait_ms=0.0)
+
+
+@pytest.fixture(scope="module")
+def toy_app() -> Iterator[tuple[TestClient, Router, dict[str, FakeModel]]]:
+    registry, models = make_toy_registry()
+    app = create_app(Settings(**SETTINGS), registry=registry)
+    with TestClient(app) as client:
+        yield client, app.state.router, models
+
+
+@pytest.fixture
+def client(toy_app: tuple[TestClient, Router, dict[str, FakeModel]]) -> TestClient:
+    return toy_app[0]
+
+
+@pytest.fixture
+def core(toy_app: tuple[TestClient, Router, dict[str, FakeModel]]) -> Router:
+    return toy_app[1]
+
+
+@pytest.fixture
+def models(toy_app: tuple[TestClient, Router, dict[str, FakeModel]]) -> dict[str, FakeModel]:
+    return toy_app[2]
+
+
+def _post(client: TestClient, nodes: list[int], **headers: str) -> httpx.Response:
+    return client.post(URL, json={"nodes": nodes}, headers=headers)
+
+
+def _assert_serving(client: TestClient) -> None:
+    response = _post(client, [0, 1])
+    assert response.status_code == 200, response.text
+    assert len(response.json()["predictions"]) == 2
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+def test_tolerance_zero_selects_the_most_accurate(client: TestClient) -> None:
+    response = _post(client, [3, 1, 3])
+    assert response.status_code == 200
+    body = response.json()
+    assert response.headers["X-Variant"] == "sage-full-1x"
+    assert body["variant"] == {
+        "id": "sage-full-1x",
+        "arch": "sage",
+        "ranking": "full",
+        "prune": 1,
+        "features_kept": 8,
+        "accuracy": 90.0,
+    }
+    preds = body["predictions"]
+    assert len(preds) == 3 and preds[0] == preds[2] and all(p in (0, 1, 2) for p in preds)
+    assert set(body["timing_ms"]) == {"queue", "sample", "gather", "compute", "total"}
+    assert re.fullmatch(
+        r"queue;dur=[\d.]+, sample;dur=[\d.]+, gather;dur=[\d.]+, compute;dur=[\d.]+",
+        response.headers["Server-Timing"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "expected"),
+    [
+        ("0", "sage-full-1x"),
+        ("1", "sage-lasso-2x"),
+        ("4.5", "sage-lasso-2x"),
+        ("50", "sage-lasso-8x"),
+    ],
+)
+def test_large_tolerance_selects_the_fastest(
+    client: TestClient, core: Router, tolerance: str, expected: str
+) -> None:
+    for lane in core._lanes.values():
+        lane.scale = 1.0
+    response = _post(client, [5], **{"X-Accuracy-Tolerance": tolerance})
+    assert response.headers["X-Variant"] == expected
+
+
+def test_slo_header(client: TestClient) -> None:
+    # Within 10 points, the most accurate variant predicted to answer in 2.5 ms is 2x.
+    response = _post(client, [5], **{"X-Accuracy-Tolerance": "10", "X-Latency-SLO-Ms": "2.5"})
+    assert response.headers["X-Variant"] == "sage-lasso-2x"
+
+
+def test_proba(client: TestClient) -> None:
+    response = client.post(URL, json={"nodes": [4, 9], "return": "proba"})
+    probs = response.json()["predictions"]
+    assert len(probs) == 2 and all(len(p) == 3 and abs(sum(p) - 1) < 1e-5 for p in probs)
+    classes = _post(client, [4, 9]).json()["predictions"]
+    assert [max(range(3), key=p.__getitem__) for p in probs] == classes
+
+
+def test_pinned_variant_even_without_profile(client: TestClient) -> None:
+    response = _post(client, [1], **{"X-Variant": "gin-random-8x"})
+    assert response.status_code == 200
+    assert response.headers["X-Variant"] == "gin-random-8x"
+    assert response.json()["variant"]["accuracy"] is None
+
+
+def test_same_node_same_answer_alone_and_batched(client: TestClient) -> None:
+    alone = client.post(URL, json={"nodes": [7], "return": "proba"}).json()["predictions"][0]
+    with ThreadPoolExecutor(4) as pool:
+        batched = list(
+            pool.map(
+                lambda nodes: client.post(URL, json={"nodes": nodes, "return": "proba"}).json(),
+                [[7, 8], [9, 7], [7], [10, 11, 7]],
+            )
+        )
+    for body in batched:
+        assert body["predictions"][body["predictions"].index(alone)] == alone
+
+
+# -- load and batching -------------------------------------------------------------------------
+
+
+def test_backlogged_fastest_variant_makes_the_router_pick_the_next(
+    client: TestClient, core: Router, models: dict[str, FakeModel]
+) -> None:
+    fastest = "sage-lasso-8x"
+    lane = core.lane("toy", fastest)
+    lane.scale = 1.0
+    pin = {"X-Variant": fastest}
+    with held(models[fastest]) as gate, ThreadPoolExecutor(4) as pool:
+        running = pool.submit(_post, client, [0], **pin)
+        assert models[fastest].entered.wait(5)
+        backlog = [pool.submit(_post, client, list(range(64)), **pin) for _ in range(2)]
+        wait_until(lambda: lane.batcher.queued_nodes == 128)
+
+        chosen = _post(client, [5], **{"X-Accuracy-Tolerance": "50"})
+        assert chosen.headers["X-Variant"] == "sage-lasso-2x"
+
+        variants = client.get("/v1/datasets/toy/variants").json()["variants"]
+        busy = next(v for v in variants if v["id"] == fastest)
+        assert busy["queued_nodes"] == 128 and busy["predicted_wait_ms"] > 3
+
+        # The queue is full: a request pinned there is refused, others are still served.
+        refused = _post(client, [1], **pin)
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json()["detail"] == (
+            "queue of variant toy/sage-lasso-8x is full (128 nodes waiting, limit 128); retry later"
+        )
+        _assert_serving(client)
+        gate.set()
+        assert all(f.result().status_code == 200 for f in [running, *backlog])
+    assert lane.batcher.queued_nodes == 0
+
+
+def test_concurrent_requests_merge_into_fewer_forward_calls(
+    client: TestClient, core: Router, models: dict[str, FakeModel]
+) -> None:
+    model = models["sage-full-1x"]
+    lane = core.lane("toy", "sage-full-1x")
+    calls = model.calls
+    with held(model) as gate, ThreadPoolExecutor(8) as pool:
+        first = pool.submit(_post, client, [0])
+        assert model.entered.wait(5)
+        rest = [pool.submit(_post, client, [i, i + 1]) for i in range(1, 7)]
+        wait_until(lambda: lane.batcher.queued_requests == 6)
+        gate.set()
+        responses = [f.result() for f in [first, *rest]]
+    assert all(r.status_code == 200 for r in responses)
+    assert model.calls - calls == 2  # 7 requests, 2 forward passes
+    assert [r.json()["predictions"] for r in responses[1:]] == [
+        _post(client, [i, i + 1]).json()["predictions"] for i in range(1, 7)
+    ]
+
+
+def test_executor_error_is_a_500_and_the_server_keeps_serving(
+    client: TestClient, models: dict[str, FakeModel]
+) -> None:
+    models["sage-full-1x"].fail = "boom"
+    try:
+        response = _post(client, [1])
+    finally:
+        models["sage-full-1x"].fail = None
+    assert response.status_code == 500
+    assert response.json()["detail"] == (
+        "serving this batch failed (RuntimeError: boom); see the server log"
+    )
+    _assert_serving(client)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+BAD_REQUESTS: list[tuple[str, dict[str, str], Any, int, str]] = [
+    # (url, headers, json body, status, detail)
+    (URL, {"X-Accuracy-Tolerance": "abc"}, {"nodes": [1]}, 400,
+     "X-Accuracy-Tolerance must be a finite number >= 0 (got 'abc')"),
+    (URL, {"X-Accuracy-Tolerance": "-1"}, {"nodes": [1]}, 400,
+     "X-Accuracy-Tolerance must be a finite number >= 0 (got '-1')"),
+    (URL, {"X-Accuracy-Tolerance": "nan"}, {"nodes": [1]}, 400,
+     "X-Accuracy-Tolerance must be a finite number >= 0 (got 'nan')"),
+    (URL, {"X-Accuracy-Tolerance": "inf"}, {"nodes": [1]}, 400,
+     "X-Accuracy-Tolerance must be a finite number >= 0 (got 'inf')"),
+    (URL, {"X-Latency-SLO-Ms": "0"}, {"nodes": [1]}, 400,
+     "X-Latency-SLO-Ms must be a finite number > 0 (got '0')"),
+    ("/v1/datasets/nope/predict", {}, {"nodes": [1]}, 404,
+     "unknown dataset 'nope'; served datasets: toy"),
+    (URL, {"X-Variant": "sage-full-3x"}, {"nodes": [1]}, 404,
+     "unknown variant 'sage-full-3x' for dataset 'toy'; known variants: gin-random-8x, "
+     "sage-full-1x, sage-lasso-2x, sage-lasso-8x"),
+    (URL, {}, {"nodes": [1, -1, 100, 2, 10**30]}, 422,
+     "node ids must be in [0, 100) for dataset 'toy'; first offenders: nodes[1]=-1, "
+     f"nodes[2]=100, nodes[4]={10**30}"),
+    (URL, {}, {"nodes": [1, 1.5, True, "3", 2.0]}, 422,
+     'node ids must be integers; first offenders: nodes[1]=1.5, nodes[2]=true, nodes[3]="3", '
+     "nodes[4]=2.0"),
+    (URL, {}, {"nodes": []}, 422, "'nodes' is empty; send at least one node id"),
+    (URL, {}, {"node": [1]}, 422,
+     """'nodes' is missing; send {"nodes": [0, 1, 2]}; unknown field 'node'; """
+     "the body takes 'nodes' and 'return'"),
+    (URL, {}, {"nodes": 3}, 422, "'nodes' must be a list of integer node ids (got 3)"),
+    (URL, {}, [1, 2], 422, 'the body must be a JSON object like {"nodes": [0, 1, 2]}'),
+    (URL, {}, {"nodes": [1], "return": "logits"}, 422,
+     "'return' must be 'class' or 'proba' (got 'logits')"),
+    (URL, {}, {"nodes": list(range(65))}, 413,
+     "too many nodes: 65 in one request, the limit is 64; split it"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "headers", "body", "status", "detail"), BAD_REQUESTS)
+def test_bad_input_gets_its_status_and_detail(
+    client: TestClient, url: str, headers: dict[str, str], body: Any, status: int, detail: str
+) -> None:
+    response = client.post(url, json=body, headers=headers)
+    assert (response.status_code, response.json()) == (status, {"detail": detail})
+    _assert_serving(client)
+
+
+@pytest.mark.parametrize(
+    ("content", "detail"),
+    [
+        (b'{"nodes": [1, 2', "malformed JSON body: Expecting ',' delimiter at character 15"),
+        (b"", 'the request body is missing; send {"nodes": [0, 1, 2]}'),
+    ],
+)
+def test_malformed_json(client: TestClient, content: bytes, detail: str) -> None:
+    response = client.post(URL, content=content, headers={"Content-Type": "application/json"})
+    assert (response.status_code, response.json()["detail"]) == (422, detail + _suffix(detail))
+    _assert_serving(client)
+
+
+def test_body_that_is_not_declared_json(client: TestClient) -> None:
+    response = client.post(URL, content=b'{"nodes": [1]}', headers={"Content-Type": "text/plain"})
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "the body must be JSON sent with 'Content-Type: application/json' (got 'text/plain'); "
+        'e.g. {"nodes": [0, 1, 2]}'
+    )
+
+
+def _suffix(detail: str) -> str:
+    return '; send an object like {"nodes": [0, 1, 2]}' if detail.startswith("malformed") else ""
+
+
+def test_body_over_the_limit_is_refused_before_parsing(client: TestClient) -> None:
+    big = json.dumps({"nodes": list(range(1000))}).encode()  # > 2048 bytes
+    response = client.post(URL, content=big, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    detail = "request body is over the limit of 2048 bytes; send fewer node ids per request"
+    assert response.json()["detail"] == detail
+    # Without Content-Length (chunked upload) the streamed bytes are counted.
+    chunked = client.post(
+        URL, content=iter([big[:1500], big[1500:]]), headers={"Content-Type": "application/json"}
+    )
+    assert chunked.status_code == 413
+    assert chunked.json()["detail"] == detail
+    _assert_serving(client)
+
+
+# -- other endpoints ---------------------------------------------------------------------------
+
+
+def test_datasets_and_variants(client: TestClient) -> None:
+    assert client.get("/v1/datasets").json() == {
+        "datasets": [
+            {
+                "name": "toy",
+                "num_nodes": 100,
+                "num_features": 8,
+                "num_classes": 3,
+                "multi_label": False,
+                "variants": 4,
+                "routable": 3,
+            }
+        ]
+    }
+    variants = {v["id"]: v for v in client.get("/v1/datasets/toy/variants").json()["variants"]}
+    assert set(variants) == set(TOY_VARIANTS)
+    assert variants["gin-random-8x"]["routable"] is False
+    assert variants["gin-random-8x"]["not_routed"] == "no profile"
+    assert variants["sage-lasso-2x"]["accuracy"] == 89.0
+    assert variants["sage-lasso-2x"]["test_accuracy"] == 88.0
+    missing = client.get("/v1/datasets/nope/variants")
+    assert missing.status_code == 404
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    body = ready.json()
+    assert (body["status"], body["reasons"], body["datasets"]) == ("ready", [], ["toy"])
+    assert body["not_routed"] == {"toy/gin-random-8x": "no profile"}
+
+
+def test_metrics(client: TestClient) -> None:
+    _post(client, [1, 2])
+    text = client.get("/metrics").text
+    assert 'gnnaas_requests_total{dataset="toy",variant="sage-full-1x"}' in text
+    assert 'gnnaas_nodes_total{dataset="toy",variant="sage-full-1x"}' in text
+    for stage in ("queue", "sample", "gather", "compute", "total"):
+        assert f'stage="{stage}"' in text
+    assert 'gnnaas_queue_depth_nodes{dataset="toy",variant="sage-lasso-8x"} 0.0' in text
+    assert 'gnnaas_in_flight_nodes{dataset="toy",variant="sage-lasso-8x"} 0.0' in text
+    assert "gnnaas_rejections_total" in text
+    assert "gnnaas_batch_nodes_bucket" in text
+
+
+def test_openapi_documents_the_headers(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    params = {
+        p["name"]: p for p in spec["paths"][URL.replace("toy", "{dataset}")]["post"]["parameters"]
+    }
+    for name in ("X-Accuracy-Tolerance", "X-Latency-SLO-Ms", "X-Variant"):
+        assert params[name]["in"] == "header" and params[name]["description"]
+    assert client.get("/docs").status_code == 200
+
+
+# -- readiness of other registries ---------------------------------------------------------------
+
+
+def test_not_ready_until_started_and_without_routable_variants() -> None:
+    registry, _ = make_toy_registry({"gin-random-8x": (1, None, None)})
+    app = create_app(Settings(warmup=False), registry=registry)
+    cold = TestClient(app)  # no lifespan: the router never started
+    response = cold.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["reasons"][0] == "starting: variants are being loaded and warmed up"
+    assert cold.post(URL, json={"nodes": [1]}).status_code == 503
+    with TestClient(app) as warm:
+        body = warm.get("/readyz").json()
+        assert body["status"] == "not ready"
+        assert body["reasons"] == [
+            "dataset toy: no routable variant (every variant lacks a profile); "
+            "run `gnnaas profile --dataset toy`"
+        ]
+        assert warm.post(
+            URL, json={"nodes": [1]}, headers={"X-Variant": "gin-random-8x"}
+        ).is_success
+
+
+def test_empty_registry_is_not_ready() -> None:
+    with TestClient(create_app(Settings(), registry=VariantRegistry([]))) as client:
+        assert client.get("/readyz").json()["reasons"] == ["no dataset loaded"]

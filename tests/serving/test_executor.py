@@ -1,0 +1,106 @@
+"""The executor and the depth-separated serving sampler on a real graph and model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from gnnaas.data.store import GraphStore
+from gnnaas.models import build_model
+from gnnaas.sampling import NeighborSampler
+from gnnaas.serving import DepthSampler, ExecRequest, Executor
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    # Tiny graphs: intra-op threads only add barrier waits (very slow on a busy machine).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def store() -> GraphStore:
+    g = torch.Generator().manual_seed(0)
+    n = 400
+    edge_index = torch.randint(0, n, (2, 6000), generator=g)  # dense: batch-mates are neighbors
+    x = torch.randn(n, 12, generator=g)
+    return GraphStore.from_edge_index("rand", edge_index, x, torch.randint(0, 4, (n,)), 4)
+
+
+def _executor(store: GraphStore, *, multi_label: bool = False) -> Executor:
+    torch.manual_seed(0)
+    model = build_model("sage", 6, 16, 4, num_layers=2)
+    keep = torch.arange(0, 12, 2)
+    sampler = DepthSampler(store.rowptr, store.col, (5, 3), seed=0)
+    return Executor(
+        model, store.feature_subset(keep), sampler, multi_label=multi_label, name="rand/sage"
+    )
+
+
+def test_same_answer_alone_and_in_any_batch(store: GraphStore) -> None:
+    ex = _executor(store)
+    nodes = torch.randperm(store.num_nodes, generator=torch.Generator().manual_seed(1))[:64]
+    alone = [ex([ExecRequest(nodes[i : i + 1], proba=True)])[0].predictions[0] for i in range(64)]
+    batched = ex([ExecRequest(nodes[:40], proba=True), ExecRequest(nodes[20:].flip(0), proba=True)])
+    together = batched[0].predictions + list(reversed(batched[1].predictions))
+    expected = alone[:40] + alone[20:]
+    assert torch.allclose(torch.tensor(together), torch.tensor(expected), atol=1e-5)
+    classes = ex([ExecRequest(nodes)])[0].predictions
+    assert classes == [max(range(4), key=p.__getitem__) for p in alone]
+
+
+def test_shared_rows_would_change_answers(store: GraphStore) -> None:
+    # Why DepthSampler exists: with one row per node, a node's answer moves with its batch.
+    torch.manual_seed(0)
+    model = build_model("sage", 12, 16, 4).eval()
+    sampler = NeighborSampler(store.rowptr, store.col, (5, 3), consistent=True, seed=0)
+
+    def run(seeds: torch.Tensor) -> torch.Tensor:
+        sub = sampler.sample(seeds)
+        with torch.inference_mode():
+            return model(store.x[sub.n_id], sub.blocks)
+
+    seeds = torch.arange(60)
+    alone = torch.cat([run(seeds[i : i + 1]) for i in range(60)])
+    assert not torch.allclose(run(seeds), alone, atol=1e-4)
+
+
+def test_one_result_per_request_in_order_with_duplicates(store: GraphStore) -> None:
+    ex = _executor(store)
+    requests = [ExecRequest(torch.tensor([5, 3, 5])), ExecRequest(torch.tensor([3]), proba=True)]
+    out = ex(requests)
+    assert len(out) == 2 and ex.calls == 1
+    assert len(out[0].predictions) == 3 and out[0].predictions[0] == out[0].predictions[2]
+    (proba,) = out[1].predictions
+    assert len(proba) == 4 and abs(sum(proba) - 1) < 1e-5
+    assert out[0].predictions[1] == max(range(4), key=proba.__getitem__)
+    times = out[0].times
+    assert times is out[1].times
+    assert min(times.sample_ms, times.gather_ms, times.compute_ms) >= 0
+    assert times.total_ms == pytest.approx(times.sample_ms + times.gather_ms + times.compute_ms)
+
+
+def test_multi_label(store: GraphStore) -> None:
+    ex = _executor(store, multi_label=True)
+    labels, proba = ex([ExecRequest(torch.tensor([1, 2])), ExecRequest(torch.tensor([1]), True)])
+    assert all(len(row) == 4 and set(row) <= {0, 1} for row in labels.predictions)
+    assert [int(p > 0.5) for p in proba.predictions[0]] == labels.predictions[0]
+
+
+def test_depth_sampler_layout(store: GraphStore) -> None:
+    sampler = DepthSampler(store.rowptr, store.col, (4, 2), seed=3)
+    seeds = torch.tensor([0, 7, 9])
+    sub = sampler.sample(seeds)
+    n0, n1, n2 = sub.num_sampled_nodes
+    assert n0 == 3 and sub.n_id[:3].tolist() == [0, 7, 9]
+    assert [b.size for b in sub.blocks] == [(n0 + n1 + n2, n0 + n1), (n0 + n1, n0)]
+    first, last = sub.blocks
+    assert int(last.edge_index[1].max()) < n0  # the last layer only feeds the seeds
+    assert int(first.edge_index[0].min()) >= n0  # every source is one depth below its target
+    assert repr(sampler) == "DepthSampler(fanouts=(4, 2), seed=3)"
+    again = sampler.sample(seeds)
+    assert torch.equal(again.n_id, sub.n_id)  # a pure function of the seeds

@@ -1,0 +1,108 @@
+"""Loading the registry from a variant repository and profile tables on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serving_fakes import tiny_store, write_tiny_repository
+
+import gnnaas.data
+from gnnaas.errors import ConfigError
+from gnnaas.serving import Settings, VariantRegistry
+
+
+@pytest.fixture
+def stores(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``load_dataset`` returns these in-memory stores (the data layer is tested elsewhere)."""
+    made: dict[str, Any] = {}
+
+    def load_dataset(name: str, data_root: Any = None, **kwargs: Any) -> Any:
+        if name not in made:
+            raise ConfigError(f"unknown dataset {name!r}")
+        return made[name]
+
+    monkeypatch.setattr(gnnaas.data, "load_dataset", load_dataset, raising=False)
+    return made
+
+
+def _settings(root: Path, **kwargs: Any) -> Settings:
+    return Settings(variants_dir=root / "variants", profiles_dir=root / "profiles", **kwargs)
+
+
+def test_loads_variants_with_profiles(tmp_path: Path, stores: dict[str, Any]) -> None:
+    stores["tiny"] = tiny_store()
+    write_tiny_repository(tmp_path, stores["tiny"])
+    registry = VariantRegistry.load(_settings(tmp_path, device="cpu"))
+    assert registry.get("TINY") is registry.datasets["tiny"]
+    ds = registry.datasets["tiny"]
+    assert [c.variant_id for c in ds.candidates] == ["sage-full-1x", "sage-random-4x"]
+    v = ds.variants["sage-random-4x"]
+    assert (v.prune, v.features_kept, v.fanouts, v.accuracy) == (4, 4, (5, 3), 70.0)
+    assert v.profile is not None and v.profile.test_accuracy == 69.0
+    assert v.profile.service.predict(32) == 4.0
+    assert [p["batch_size"] for p in v.profile.summary["service_times"]] == [1, 32, 256, 1024]
+    assert not v.model.training
+    assert registry.notes == [] and registry.not_ready_reasons() == []
+
+
+def test_corrupt_variant_is_skipped_with_a_reason(tmp_path: Path, stores: dict[str, Any]) -> None:
+    stores["tiny"] = tiny_store()
+    variants_dir, _ = write_tiny_repository(tmp_path, stores["tiny"])
+    weights = variants_dir / "tiny" / "sage-random-4x" / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    registry = VariantRegistry.load(_settings(tmp_path))
+    assert list(registry.datasets["tiny"].variants) == ["sage-full-1x"]
+    (note,) = registry.notes
+    assert note.startswith("variant tiny/sage-random-4x skipped: ")
+    assert "is corrupt or was edited" in note
+
+
+def test_variant_without_profile_is_loaded_but_not_routed(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    stores["tiny"] = tiny_store()
+    write_tiny_repository(tmp_path, stores["tiny"], profiled=("sage-full-1x",))
+    registry = VariantRegistry.load(_settings(tmp_path))
+    ds = registry.datasets["tiny"]
+    assert [c.variant_id for c in ds.candidates] == ["sage-full-1x"]
+    assert registry.not_routed() == {
+        "tiny/sage-random-4x": "no 'val' row in profiles.csv; run `gnnaas profile` for this dataset"
+    }
+
+
+def test_datasets_without_profiles_are_skipped_unless_asked_for(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    stores["tiny"], stores["other"] = tiny_store(), tiny_store("other")
+    write_tiny_repository(tmp_path, stores["tiny"])
+    write_tiny_repository(tmp_path / "b", stores["other"])
+    (tmp_path / "b" / "variants" / "other").rename(tmp_path / "variants" / "other")
+    registry = VariantRegistry.load(_settings(tmp_path))
+    assert list(registry.datasets) == ["tiny"]
+    assert registry.notes == [
+        f"dataset other skipped: no profiles.csv in {tmp_path / 'profiles' / 'other'}; "
+        "run `gnnaas profile --dataset other`"
+    ]
+    with pytest.raises(ConfigError, match="cannot serve dataset 'other': no profiles.csv"):
+        VariantRegistry.load(_settings(tmp_path, datasets=["other"]))
+
+
+def test_nothing_to_serve_is_a_config_error(tmp_path: Path, stores: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="variants folder .* does not exist; run `gnnaas prepare"):
+        VariantRegistry.load(_settings(tmp_path))
+    (tmp_path / "variants").mkdir()
+    with pytest.raises(ConfigError, match="nothing to serve"):
+        VariantRegistry.load(_settings(tmp_path))
+
+
+def test_stale_profile_is_noted(tmp_path: Path, stores: dict[str, Any]) -> None:
+    stores["tiny"] = tiny_store()
+    _, profiles_dir = write_tiny_repository(tmp_path, stores["tiny"])
+    table = profiles_dir / "tiny" / "profiles.csv"
+    table.write_text(table.read_text().replace("2099-01-01", "2001-01-01"))
+    registry = VariantRegistry.load(_settings(tmp_path))
+    assert len(registry.datasets["tiny"].candidates) == 2  # still routed
+    assert len(registry.notes) == 2
+    assert "its profile (2001-01-01T00:00:00Z) predates the variant" in registry.notes[0]

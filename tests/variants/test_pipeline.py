@@ -1,0 +1,166 @@
+"""Variant generation end to end on the small synthetic graph, and rankings vs ground truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import gnnaas.variants.pipeline as pipeline
+import gnnaas.variants.training as training
+from gnnaas.errors import ConfigError
+from gnnaas.variants.pipeline import generate_variants
+from gnnaas.variants.ranking import rank_features
+from gnnaas.variants.repository import VariantRepository
+from gnnaas.variants.training import TrainConfig, train_model
+
+# small and fast: a few seconds per variant on 2 CPU cores
+CONFIG = TrainConfig(hidden_channels=32, fanouts=(10, 5), batch_size=512, max_epochs=8, patience=4)
+
+
+@pytest.fixture(scope="module")
+def trained(small_store: Any) -> dict[str, Any]:
+    """1× models of both architectures on synth-small, trained once for the module."""
+    config = TrainConfig(hidden_channels=64, fanouts=(10, 5), batch_size=512, max_epochs=30)
+    return {arch: train_model(small_store, arch, config).model for arch in ("sage", "gin")}
+
+
+def _no_training(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("generate_variants trained a variant that already exists")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"rankings": ["lasso", "magic"]}, "unknown ranking 'magic'"),
+        ({"archs": ["sage", "gat"]}, "'gat'"),
+        ({"prunes": [1, 0]}, "prune factors must be integers >= 1"),
+        ({"prunes": [2, 65]}, "prune factor 65 exceeds the dataset's 64 features"),
+        ({"archs": []}, "no architecture"),
+    ],
+)
+def test_bad_requests_fail_before_training(
+    small_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: Any, match: str
+) -> None:
+    monkeypatch.setattr(training, "train_model", _no_training)
+    args: dict[str, Any] = {"archs": ["sage"], "rankings": ["random"], "prunes": [1, 2]}
+    repo = VariantRepository(tmp_path)
+    with pytest.raises(ConfigError, match=match):
+        generate_variants(small_store, repo, **{**args, **kwargs}, config=CONFIG)
+    assert not any(tmp_path.iterdir())
+
+
+def test_generate_then_rerun_skips(
+    small_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = VariantRepository(tmp_path)
+    request: dict[str, Any] = {
+        "archs": ["sage"],
+        "rankings": ["random", "lasso"],
+        "prunes": [1, 4, 8],
+        "config": CONFIG,
+    }
+    rows = generate_variants(small_store, repo, **request)
+    assert [(r.variant_id, r.features_kept, r.status) for r in rows] == [
+        ("sage-full-1x", 64, "trained"),
+        ("sage-random-4x", 16, "trained"),
+        ("sage-random-8x", 8, "trained"),
+        ("sage-lasso-4x", 16, "trained"),
+        ("sage-lasso-8x", 8, "trained"),
+    ]
+    assert all(0.0 <= r.val_acc <= 1.0 and r.train_time_s > 0 for r in rows)
+    manifests = {m.variant_id: m for m in repo.list(small_store.name)}
+    assert sorted(manifests) == sorted(r.variant_id for r in rows)
+    lasso4, lasso8 = manifests["sage-lasso-4x"], manifests["sage-lasso-8x"]
+    assert lasso4.kept_features == sorted(lasso4.kept_features)
+    assert set(lasso8.kept_features) <= set(lasso4.kept_features)  # nested: one ranking
+    assert manifests["sage-full-1x"].kept_features == list(range(64))
+    assert manifests["sage-random-8x"].metrics["val_acc"] == rows[2].val_acc
+    loaded = repo.load(small_store.name, "sage-lasso-8x")
+    assert loaded.model.in_channels == 8
+
+    # second run: nothing is trained, every row is skipped with the stored figures
+    monkeypatch.setattr(training, "train_model", _no_training)
+    again = generate_variants(small_store, repo, **request)
+    assert [r.status for r in again] == ["skipped"] * 5
+    assert [(r.variant_id, r.val_acc, r.train_time_s) for r in again] == [
+        (r.variant_id, r.val_acc, r.train_time_s) for r in rows
+    ]
+    monkeypatch.undo()
+
+    # force retrains what exists
+    request = {**request, "rankings": ["random"], "prunes": [8], "force": True}
+    rerun = generate_variants(small_store, repo, **request)
+    assert [(r.variant_id, r.status) for r in rerun] == [
+        ("sage-full-1x", "trained"),
+        ("sage-random-8x", "trained"),
+    ]
+
+
+def test_retrained_1x_model_invalidates_its_rankings(
+    small_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = VariantRepository(tmp_path)
+    request: dict[str, Any] = {"archs": ["gin"], "prunes": [4], "config": CONFIG}
+    generate_variants(small_store, repo, rankings=["random", "greedy"], **request)
+    # the 1× model is lost: greedy depends on it, random does not
+    (tmp_path / small_store.name / "gin-full-1x" / "manifest.json").unlink()
+    rows = generate_variants(small_store, repo, rankings=["random", "greedy"], **request)
+    assert [(r.variant_id, r.status) for r in rows] == [
+        ("gin-full-1x", "trained"),
+        ("gin-random-4x", "skipped"),
+        ("gin-greedy-4x", "trained"),
+    ]
+
+
+@pytest.mark.parametrize("arch", ["sage", "gin"])
+@pytest.mark.parametrize("ranking", ["greedy", "lasso"])
+def test_rankings_recover_the_informative_features(
+    small_store: Any, trained: dict[str, Any], arch: str, ranking: str
+) -> None:
+    informative = set(small_store.informative.tolist())
+    m = len(informative)
+    order = rank_features(ranking, trained[arch], small_store, seed=0)
+    assert torch.equal(order.sort().values, torch.arange(small_store.num_features))
+    recovered = len(informative & set(order[:m].tolist()))
+    assert recovered >= 0.8 * m, f"{arch}/{ranking} found {recovered} of {m}"
+
+
+def test_random_ranking_stays_near_chance(small_store: Any, trained: dict[str, Any]) -> None:
+    informative = set(small_store.informative.tolist())
+    m, f = len(informative), small_store.num_features
+    chance = m * m / f  # expected overlap of a random top-m with the informative set
+    tops = [rank_features("random", trained["sage"], small_store, seed=s)[:m] for s in range(20)]
+    overlaps = [len(informative & set(top.tolist())) for top in tops]
+    assert sum(overlaps) / len(overlaps) <= 2 * chance + 0.5
+    assert max(overlaps) < 0.8 * m
+
+
+def test_lasso_cost_is_small_next_to_training(
+    small_store: Any, trained: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    start = time.perf_counter()
+    rank_features("lasso", trained["sage"], small_store, seed=0)
+    lasso_s = time.perf_counter() - start
+    start = time.perf_counter()
+    train_model(small_store, "sage", CONFIG)
+    train_s = time.perf_counter() - start
+    assert lasso_s < 0.5 * train_s, f"lasso {lasso_s:.2f} s vs training {train_s:.2f} s"
+
+
+def test_progress_bar_is_optional(small_store: Any, tmp_path: Path) -> None:
+    assert pipeline.generate_variants is generate_variants
+    rows = generate_variants(
+        small_store,
+        VariantRepository(tmp_path),
+        archs=["sage"],
+        rankings=["greedy"],
+        prunes=[1],
+        config=CONFIG,
+        progress=True,
+    )
+    assert [r.variant_id for r in rows] == ["sage-full-1x"]
