@@ -59,11 +59,8 @@ def _machine() -> str:
 
 
 def _time_rankings(store: Any, out: Path, seed: int, repeats: int) -> dict[tuple[str, str], float]:
-    import torch
-
     from gnnaas.variants import VariantRepository, rank_features
 
-    torch.set_num_threads(min(2, torch.get_num_threads()))
     repo = VariantRepository(out)
     times: dict[tuple[str, str], float] = {}
     for arch in ARCHS:
@@ -91,13 +88,17 @@ def main() -> int:
     parser.add_argument("--results", help="write the markdown report here (default: stdout)")
     args = parser.parse_args()
 
+    import torch
+
     from gnnaas.data import load_dataset
     from gnnaas.variants import VariantRepository
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gnnaas-variants-"))
     common = ["--dataset", args.dataset, "--data-root", args.data_root, "--device", "cpu"]
     common += ["--seed", str(args.seed), "--epochs", str(args.epochs), "--out", str(out)]
+    load_before = os.getloadavg()
     first_s, first_table = _gnnaas(["generate", *common])
+    load_after = os.getloadavg()
     second_s, second_table = _gnnaas(["generate", *common])
     retrained = [line for line in second_table.splitlines() if line.rstrip().endswith("trained")]
 
@@ -113,7 +114,10 @@ def main() -> int:
         f"{len(PRUNES)} prune factors",
         "",
         f"- date: {args.date}",
-        f"- machine: {_machine()}, no GPU, torch threads 2{args.machine_note}",
+        f"- machine: {_machine()}, no GPU{args.machine_note}",
+        f"- torch {torch.__version__}, intra-op threads {torch.get_num_threads()} "
+        f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); load average "
+        f"(1 min) {load_before[0]:.1f} before and {load_after[0]:.1f} after the first run",
         f"- dataset: {store.name}, {store.num_nodes} nodes, {store.num_edges} edges, "
         f"{store.num_features} features, {store.num_classes} classes; inductive split "
         f"{store.train_idx.numel()}/{store.val_idx.numel()}/{store.test_idx.numel()} "

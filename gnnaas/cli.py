@@ -245,10 +245,16 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnnaas",
-        description="Model-less GNN inference: generate, profile and serve feature-pruned variants.",
+        description="Model-less GNN inference: generate, profile, serve feature-pruned variants.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch intra-op threads (default: torch's choice; 1 is faster on a busy machine)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("datasets", help="list the datasets gnnaas knows")
@@ -324,6 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         return func(args)
     except KeyboardInterrupt:

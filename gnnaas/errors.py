@@ -21,7 +21,7 @@ class GnnaasError(Exception):
 
 
 class ConfigError(GnnaasError, ValueError):
-    """A user-supplied name, option or value is invalid; the message says which and how to fix it."""
+    """A user-supplied name, option or value is invalid; the message says which and the fix."""
 
 
 class ArtifactError(GnnaasError):

@@ -28,7 +28,9 @@ def resolve_device(device: Device = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device '{device}' requested but CUDA is not available; use --device cpu")
+        raise ConfigError(
+            f"device '{device}' requested but CUDA is not available; use --device cpu"
+        )
     try:
         return torch.device(name)
     except RuntimeError as exc:

@@ -39,4 +39,6 @@ def test_all_is_complete(name: str) -> None:
         and (inspect.isclass(value) or inspect.isfunction(value))
         and getattr(value, "__module__", "").startswith(name)
     }
-    assert public <= set(module.__all__), f"{name} exports without __all__: {public - set(module.__all__)}"
+    assert public <= set(module.__all__), (
+        f"{name} exports without __all__: {public - set(module.__all__)}"
+    )

@@ -31,7 +31,7 @@ from gnnaas.variants.repository import (
 
 if TYPE_CHECKING:
     from gnnaas.data import GraphStore
-    from gnnaas.models import Arch
+    from gnnaas.models import GNN, Arch
     from gnnaas.variants.training import TrainConfig, TrainResult
 
 __all__ = ["GenerateRow", "generate_variants"]
@@ -125,7 +125,7 @@ def generate_variants(
         for arch in arch_names:
             full_spec = VariantSpec(store.name, arch, FULL_RANKING, 1)
             bar.set_postfix_str(full_spec.variant_id)
-            full_model: torch.nn.Module | None = None
+            full_model: GNN | None = None
             if not force and repo.matches(full_spec, config, num_features=num_features):
                 rows.append(_skipped_row(repo.manifest(store.name, full_spec.variant_id)))
                 full_fresh = False
@@ -157,7 +157,7 @@ def _generate_pruned(
     store: GraphStore,
     repo: VariantRepository,
     full_spec: VariantSpec,
-    full_model: torch.nn.Module | None,
+    full_model: GNN | None,
     ranking_names: Sequence[str],
     pruned: Sequence[int],
     config: TrainConfig,

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -384,11 +383,12 @@ class VariantRepository:
 
         folder = final.parent
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{manifest.variant_id}.tmp-"))
+        # os.mkdir honours the umask (tempfile.mkdtemp would make the variant private, 0700)
+        tmp = folder / f".{manifest.variant_id}.tmp-{uuid.uuid4().hex[:12]}"
+        os.mkdir(tmp)
         try:
             _write_synced(tmp / _WEIGHTS, data)
-            text = json.dumps(manifest.to_dict(), indent=2) + "\n"
-            _write_synced(tmp / _MANIFEST, text.encode("utf-8"))
+            _write_synced(tmp / _MANIFEST, _manifest_json(manifest).encode("utf-8"))
             self._swap_in(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -477,6 +477,15 @@ def library_versions() -> dict[str, str]:
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
     }
+
+
+def _manifest_json(manifest: Manifest) -> str:
+    """Indented JSON with the (long) kept feature list on one line."""
+    data = manifest.to_dict()
+    kept = json.dumps(data["kept_features"])
+    data["kept_features"] = "@kept@"
+    text = json.dumps(data, indent=2).replace('"@kept@"', kept, 1)
+    return text + "\n"
 
 
 def _number(value: Any) -> float:

@@ -20,6 +20,16 @@ from gnnaas.variants.training import TrainConfig, train_model
 CONFIG = TrainConfig(hidden_channels=32, fanouts=(10, 5), batch_size=512, max_epochs=8, patience=4)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Any:
+    """One intra-op thread: these tiny models gain nothing from two, and on a shared 2-core box
+    two OpenMP threads competing with other processes run 10× slower (measured)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def trained(small_store: Any) -> dict[str, Any]:
     """1× models of both architectures on synth-small, trained once for the module."""

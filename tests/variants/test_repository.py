@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,10 @@ def test_round_trip(tmp_path: Path, arch: str) -> None:
         "kept_features", "in_channels", "hidden_channels", "out_channels", "num_layers", "dropout",
         "fanouts", "multi_label", "metrics", "seed", "versions", "weights_sha256", "created",
     ]  # fmt: skip
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = (tmp_path / "toy" / spec.variant_id).stat().st_mode & 0o777
+    assert mode == 0o777 & ~umask  # not private to the writer, like a plain mkdir
     assert on_disk["metrics"]["epochs"] == 3 and isinstance(on_disk["metrics"]["epochs"], int)
     assert set(on_disk["versions"]) == {"gnnaas", "torch", "torch_geometric"}
 
