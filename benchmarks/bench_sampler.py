@@ -14,7 +14,6 @@ Usage::
     python benchmarks/bench_sampler.py --quick    # a few seconds per case
 """
 
-# ruff: noqa: T201 (a benchmark script reports on stdout)
 from __future__ import annotations
 
 import argparse

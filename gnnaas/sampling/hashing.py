@@ -116,4 +116,4 @@ def node_draws(nodes: Tensor, key: int, num_draws: int) -> Tensor:
     base = fmix32(fmix32(nodes ^ key))  # [M]
     steps = torch.arange(num_draws, dtype=torch.int64, device=nodes.device).mul_(_GOLDEN32)
     h = (steps.unsqueeze(1) + base).bitwise_and_(MASK32)  # [num_draws, M]
-    return h
+    return fmix32(h)

@@ -103,7 +103,7 @@ def generate_variants(
         ConfigError: an unknown arch or ranking, a prune factor below 1 or above the number of
             features, or an empty list.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from gnnaas.variants.training import TrainConfig
 

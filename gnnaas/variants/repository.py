@@ -255,10 +255,14 @@ class VariantRepository:
 
     def path(self, dataset: str, variant_id: str) -> Path:
         """The folder of one variant (whether it exists or not)."""
-        bad = not variant_id or variant_id.startswith(".") or any(c in variant_id for c in "/\\")
-        if bad:
+        if not _is_plain_name(variant_id):
             raise ConfigError(f"invalid variant id {variant_id!r}; expected <arch>-<ranking>-<k>x")
-        return self.root / dataset / variant_id
+        return self._dataset_dir(dataset) / variant_id
+
+    def _dataset_dir(self, dataset: str) -> Path:
+        if not _is_plain_name(dataset):
+            raise ConfigError(f"invalid dataset name {dataset!r} for a variant folder")
+        return self.root / dataset
 
     def list(self, dataset: str) -> list[Manifest]:
         """Manifests of the dataset's variants, sorted by variant id.
@@ -267,7 +271,7 @@ class VariantRepository:
         whose manifest is unreadable or belongs elsewhere, with a warning (``load`` says why).
         Checksums are not verified here; :meth:`load` does.
         """
-        folder = self.root / dataset
+        folder = self._dataset_dir(dataset)
         if not folder.is_dir():
             return []
         manifests = []
@@ -477,6 +481,11 @@ def library_versions() -> dict[str, str]:
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
     }
+
+
+def _is_plain_name(name: str) -> bool:
+    # one path component, not hidden: no way out of the repository, never a temporary folder
+    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
 
 
 def _manifest_json(manifest: Manifest) -> str:

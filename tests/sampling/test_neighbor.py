@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -12,19 +11,11 @@ from itertools import combinations
 import pytest
 import torch
 from torch import Tensor
+from torch_geometric.nn import SAGEConv
 
 from gnnaas.sampling import Block, NeighborSampler, SampledSubgraph
 
 MODES = ["random", "consistent"]
-
-
-@pytest.fixture(scope="module")
-def sage_conv() -> type:
-    """``torch_geometric.nn.SAGEConv``, imported without failing on torch's jit deprecation."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from torch_geometric.nn import SAGEConv
-    return SAGEConv
 
 
 def _csr(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
@@ -382,10 +373,10 @@ def test_uniform_subsets(mode: str, degree: int, fanout: int) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_blocks_run_through_sage_conv(mode: str, sage_conv: type) -> None:
+def test_blocks_run_through_sage_conv(mode: str) -> None:
     rowptr, col = _random_graph()
     torch.manual_seed(0)
-    convs = [sage_conv(8, 16), sage_conv(16, 4)]
+    convs = [SAGEConv(8, 16), SAGEConv(16, 4)]
     x_all = torch.randn(300, 8)
     seeds = torch.arange(100, 164)
     sub = _sampler(rowptr, col, (5, 3), mode).sample(seeds)
@@ -395,11 +386,11 @@ def test_blocks_run_through_sage_conv(mode: str, sage_conv: type) -> None:
     assert x.shape == (sub.batch_size, 4)
 
 
-def test_full_fanouts_match_full_graph_sage(sage_conv: type) -> None:
+def test_full_fanouts_match_full_graph_sage() -> None:
     # with fanouts (-1, -1) the sampled computation is the exact full-graph one at the seeds
     rowptr, col = _random_graph()
     torch.manual_seed(0)
-    convs = [sage_conv(8, 16), sage_conv(16, 4)]
+    convs = [SAGEConv(8, 16), SAGEConv(16, 4)]
     x_all = torch.randn(300, 8)
     dst = torch.repeat_interleave(torch.arange(300), rowptr.diff())
     edge_index = torch.stack([col, dst])

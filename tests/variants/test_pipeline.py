@@ -174,3 +174,18 @@ def test_progress_bar_is_optional(small_store: Any, tmp_path: Path) -> None:
         progress=True,
     )
     assert [r.variant_id for r in rows] == ["sage-full-1x"]
+
+
+@pytest.mark.slow
+def test_cora_sage_8x_rankings(cora: Any, tmp_path: Path) -> None:
+    """Issue 4 on Cora (SAGE, default TrainConfig): lasso and greedy 8× variants lose at most 5
+    validation points against the 1× model and beat the random 8× variant by at least 5."""
+    rows = generate_variants(
+        cora, VariantRepository(tmp_path), archs=["sage"], prunes=[1, 8], config=TrainConfig()
+    )
+    val = {r.variant_id: 100 * r.val_acc for r in rows}
+    assert [r.features_kept for r in rows] == [1433, 179, 179, 179]
+    for ranking in ("greedy", "lasso"):
+        pruned = val[f"sage-{ranking}-8x"]
+        assert val["sage-full-1x"] - pruned <= 5.0, val
+        assert pruned - val["sage-random-8x"] >= 5.0, val

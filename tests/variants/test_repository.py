@@ -230,6 +230,15 @@ def test_missing_files(tmp_path: Path) -> None:
         repo.load("toy", "sage-full-1x")
 
 
+def test_names_cannot_leave_the_repository(tmp_path: Path) -> None:
+    repo = VariantRepository(tmp_path / "repo")
+    for dataset, variant_id in [("toy", "../sage-full-1x"), ("..", "x"), ("toy", ".x.tmp-1")]:
+        with pytest.raises(ConfigError, match="invalid"):
+            repo.load(dataset, variant_id)
+    with pytest.raises(ConfigError, match="invalid dataset name"):
+        repo.list("../other")
+
+
 def test_malformed_manifest(tmp_path: Path) -> None:
     repo = VariantRepository(tmp_path)
     _save(repo, SAGE_1X)
