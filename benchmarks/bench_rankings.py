@@ -6,10 +6,11 @@ ranking on the stored 1× models, and writes a markdown report with the checks o
 the lasso and greedy 8× variants lose at most 5 validation points against the 1× model and beat
 the random 8× variant by at least 5.
 
-Usage::
+Usage (one intra-op thread: on a 2-core machine shared with other jobs, two threads contend and
+training runs several times slower)::
 
-    .venv/bin/python benchmarks/bench_rankings.py --dataset Cora --data-root ../shared/data \\
-        --results benchmarks/results/variants-cora-rankings.md
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_rankings.py --dataset Cora \\
+        --data-root ../shared/data --results benchmarks/results/variants-cora-rankings.md
 """
 
 from __future__ import annotations
@@ -85,10 +86,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="ranking timing repeats")
     parser.add_argument("--date", default=dt.date.today().isoformat())
     parser.add_argument("--machine-note", default="", help="appended to the machine line")
+    parser.add_argument("--note", action="append", default=[], help="a line under Notes")
     parser.add_argument("--results", help="write the markdown report here (default: stdout)")
     args = parser.parse_args()
 
     import torch
+
+    threads = os.environ.get("OMP_NUM_THREADS")
+    env = f"OMP_NUM_THREADS={threads} " if threads else ""
 
     from gnnaas.data import load_dataset
     from gnnaas.variants import VariantRepository
@@ -122,17 +127,18 @@ def main() -> int:
         f"{store.num_features} features, {store.num_classes} classes; inductive split "
         f"{store.train_idx.numel()}/{store.val_idx.numel()}/{store.test_idx.numel()} "
         f"(train/val/test, seed {args.seed})",
-        "- command: `.venv/bin/python benchmarks/bench_rankings.py --dataset "
-        f"{args.dataset} --data-root {args.data_root} --results <this file>`, which runs "
-        f"`gnnaas generate --dataset {args.dataset} --data-root {args.data_root} --out <tmpdir> "
-        f"--device cpu --seed {args.seed} --epochs {args.epochs}` twice",
+        f"- command: `{env}.venv/bin/python benchmarks/bench_rankings.py --dataset "
+        f"{args.dataset} --data-root {args.data_root} --date {args.date} --results <this file>`, "
+        f"which runs `{env}gnnaas generate --dataset {args.dataset} --data-root {args.data_root} "
+        f"--out <tmpdir> --device cpu --seed {args.seed} --epochs {args.epochs}` twice",
         "- training: `TrainConfig` defaults (hidden 256, 2 layers, fanouts (25, 10), batch 1024, "
         "early stopping on validation); every variant of an arch uses the same config",
         "",
         "## Generation time",
         "",
-        f"- first `gnnaas generate` (all {len(manifests)} variants, wall clock incl. start-up "
-        f"and data loading): **{first_s:.1f} s** (target ≤ 300 s)",
+        f"- first `gnnaas generate` (all {len(ARCHS)} × {len(RANKINGS)} × {len(PRUNES)} variants: "
+        f"{len(manifests)} trained models, the 1× shared by the rankings; wall clock including "
+        f"start-up and data loading): **{first_s:.1f} s** (target ≤ 300 s)",
         f"- second run without `--force`: {second_s:.1f} s, variants retrained: {len(retrained)}",
         "",
         "## Accuracy per variant",
@@ -192,6 +198,8 @@ def main() -> int:
             f"| {arch} | {rank_s[(arch, 'random')]:.4f} | {rank_s[(arch, 'greedy')]:.4f} | "
             f"{rank_s[(arch, 'lasso')]:.3f} | {train:.1f} |"
         )
+    if args.note:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in args.note]
     lines += ["", "## `gnnaas generate` output (first run)", "", "```", first_table.rstrip(), "```"]
     text = "\n".join(lines) + "\n"
     if args.results:

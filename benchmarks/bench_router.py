@@ -113,7 +113,7 @@ QUICK = Config(
     slo_ms={1: 20.0, 64: 100.0},
     saturation_s=4.0,
     overhead_requests=200,
-    epochs=3,
+    epochs=2,
     profile_runs=5,
 )
 
@@ -1570,7 +1570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument(
-        "--epochs", type=int, help="max training epochs of each variant (default: 4, quick: 3)"
+        "--epochs", type=int, help="max training epochs of each variant (default: 4, quick: 2)"
     )
     parser.add_argument(
         "--rankings", nargs="+", help="feature rankings to generate (default: greedy)"

@@ -146,12 +146,12 @@ class SyntheticConfig:
 
 #: nodes / edges / features / classes of the reference study's graphs, plus a small one
 PRESETS: dict[str, SyntheticConfig] = {
-    "small": SyntheticConfig(3_000, 30_000, 64, 5, signal=0.25),
-    "flickr": SyntheticConfig(89_250, 899_756, 500, 7, signal=0.12),
+    "small": SyntheticConfig(3_000, 30_000, 64, 5, signal=0.35),
+    "flickr": SyntheticConfig(89_250, 899_756, 500, 7, signal=0.16),
     "arxiv": SyntheticConfig(169_343, 1_166_243, 128, 40, signal=0.5),
-    "reddit": SyntheticConfig(232_965, 11_606_919, 602, 41, signal=0.1),
-    "yelp": SyntheticConfig(716_847, 6_977_410, 300, 100, multi_label=True, signal=0.2),
-    "products": SyntheticConfig(2_449_029, 61_859_140, 100, 47, signal=0.4),
+    "reddit": SyntheticConfig(232_965, 11_606_919, 602, 41, signal=0.05, label_noise=0.12),
+    "yelp": SyntheticConfig(716_847, 6_977_410, 300, 100, multi_label=True, signal=0.3),
+    "products": SyntheticConfig(2_449_029, 61_859_140, 100, 47, signal=0.3, label_noise=0.15),
 }
 
 _NAME = re.compile(r"^synth-([a-z]+)(?:@([0-9.eE+-]+))?$")
