@@ -350,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
         help="results pages (default: benchmarks/results; quick: "
         "the work folder, so quick runs never overwrite real results)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads for training and profiling (default: torch's; use 1 on a machine "
+        "whose cores are shared, where several threads stall each other)",
+    )
     parser.add_argument("--no-repeat", action="store_true", help="skip the p50 repeat check")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
@@ -363,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         args.results = args.work if args.quick else str(ROOT / "benchmarks" / "results")
     datasets = args.datasets or list(QUICK_PLANS if args.quick else FULL_PLANS)
     datasets = ["Cora" if d.lower() == "cora" else d for d in datasets]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     _say(f"# bench_variants on {machine_description(device)}")
     for name in datasets:

@@ -129,12 +129,12 @@ def load_dataset(
     if info.source == "synthetic":
         return load_synthetic(info.name, seed=seed, cache_dir=cache)
     spec = REAL_DATASETS[info.name.lower()]
-    if data_root is None:
-        env = os.environ.get("GNNAAS_DATA")
+    if data_root is None or (isinstance(data_root, str) and not data_root.strip()):
+        env = os.environ.get("GNNAAS_DATA", "").strip()
         if not env:
             raise ConfigError(
                 f"dataset '{info.name}' needs a data root: pass --data-root DIR (or set "
                 f"GNNAAS_DATA=DIR) where DIR holds {spec.group}/{spec.folder}/raw/"
             )
         data_root = env
-    return load_real(spec, Path(data_root).expanduser(), seed=seed, cache_dir=cache)
+    return load_real(spec, Path(data_root).expanduser().absolute(), seed=seed, cache_dir=cache)

@@ -44,11 +44,9 @@ def edge_index_to_csr(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tenso
         raise ValueError(f"edge_index_to_csr: node ids must lie in [0, {num_nodes})")
     key = dst * num_nodes + src  # one sort on a combined key orders by (target, source)
     key = key.sort().values
-    col = key % num_nodes
-    deg = torch.bincount(key // num_nodes, minlength=num_nodes)
-    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-    torch.cumsum(deg, 0, out=rowptr[1:])
-    return rowptr, col
+    # Target i's edges are the keys in [i * N, (i + 1) * N); the source is the remainder.
+    rowptr = torch.searchsorted(key, torch.arange(num_nodes + 1) * num_nodes)
+    return rowptr, key.remainder_(num_nodes)
 
 
 def _as_index(value: Tensor | Sequence[int], what: str) -> Tensor:

@@ -35,6 +35,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,6 +360,7 @@ def profile_dataset(
     service_runs: int | None = None,
     variants: Sequence[str] | None = None,
     calibration: Calibration | None = None,
+    threads: int | None = None,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
@@ -377,6 +379,11 @@ def profile_dataset(
             (default: ``max(3, runs // 3)``)
         variants (Sequence[str], optional): profile only these variant ids. (default: all)
         calibration (Calibration, optional): ``BW``/``OPS`` to use instead of measuring them.
+        threads (int, optional): torch intra-op threads while profiling (restored afterwards);
+            ``None`` keeps the current setting (``OMP_NUM_THREADS`` or torch's default). On a
+            machine whose cores are busy with other work, several threads wait on each other at
+            every parallel region and p50s inflate and scatter; one thread measures steadily.
+            (default: ``None``)
 
     Returns:
         ProfileResult: paths written, number profiled, skipped variants with their reasons.
@@ -390,14 +397,70 @@ def profile_dataset(
         >>> result.num_profiled, result.skipped  # doctest: +SKIP
         (24, [])
     """
-    from tqdm.auto import tqdm
-
     for name, value in (("batch_size", batch_size), ("runs", runs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"profile_dataset: {name} must be an integer >= 1 (got {value!r})")
     if warmup < 0:
         raise ValueError(f"profile_dataset: warmup must be >= 0 (got {warmup})")
-    dev = torch.device(device)
+    if threads is not None and threads < 1:
+        raise ValueError(f"profile_dataset: threads must be >= 1 (got {threads})")
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _profile_dataset(
+            store,
+            repo,
+            Path(out_dir),
+            batch_size=batch_size,
+            runs=runs,
+            device=torch.device(device),
+            progress=progress,
+            warmup=warmup,
+            service_runs=service_runs,
+            variants=variants,
+            calibration=calibration,
+        )
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _warn_if_busy() -> None:
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    cores = os.cpu_count() or 1
+    threads = torch.get_num_threads()
+    if load > cores and threads > 1:
+        _log.warning(
+            "the machine is busy (load average %.1f on %d cores): with %d torch threads the "
+            "timings will be inflated and noisy; profile with one thread (OMP_NUM_THREADS=1) "
+            "or on a quiet machine",
+            load,
+            cores,
+            threads,
+        )
+
+
+def _profile_dataset(
+    store: GraphStore,
+    repo: VariantRepository,
+    out_dir: Path,
+    *,
+    batch_size: int,
+    runs: int,
+    device: torch.device,
+    progress: bool,
+    warmup: int,
+    service_runs: int | None,
+    variants: Sequence[str] | None,
+    calibration: Calibration | None,
+) -> ProfileResult:
+    from tqdm.auto import tqdm
+
+    dev = device
+    _warn_if_busy()
     manifests = repo.list(store.name)
     skipped = _unlisted_variants(repo, store.name, {m.variant_id for m in manifests})
     if variants is not None:

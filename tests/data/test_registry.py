@@ -96,10 +96,13 @@ def test_unknown_name_lists_known_ones() -> None:
         load_dataset("Coraa")
 
 
-def test_missing_data_root_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GNNAAS_DATA", raising=False)
+@pytest.mark.parametrize("root", [None, "", "  "])
+def test_missing_data_root_says_how_to_fix(
+    root: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GNNAAS_DATA", "")
     with pytest.raises(ConfigError, match=r"'Cora' needs a data root.*--data-root.*GNNAAS_DATA"):
-        load_dataset("Cora")
+        load_dataset("Cora", root)
 
 
 def test_nonexistent_data_root(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import torch
 
 from gnnaas.errors import ArtifactError
 from gnnaas.profiling.perfmodel import Calibration
@@ -48,6 +49,7 @@ def profiled(
     small_store: Any, tiny_repo: VariantRepository, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Any, pd.DataFrame]:
     out = tmp_path_factory.mktemp("profiles")
+    threads_before = torch.get_num_threads()
     result = profile_dataset(
         small_store,
         tiny_repo,
@@ -58,7 +60,9 @@ def profiled(
         warmup=1,
         service_runs=1,
         calibration=FIXED_RATES,
+        threads=1,
     )
+    assert torch.get_num_threads() == threads_before  # restored
     return result, read_profiles(result.path)
 
 
@@ -102,7 +106,7 @@ def test_values_are_sane(small_store: Any, profiled: Any) -> None:
     assert int(val.loc["sage-random-4x", "features_kept"]) == small_store.num_features // 4
     assert val.loc["sage-random-4x", "size_kb"] < val.loc["sage-full-1x", "size_kb"]
     assert val.loc["sage-random-4x", "pred_comm_ms"] < val.loc["sage-full-1x", "pred_comm_ms"]
-    assert set(df["device"]) == {"cpu"} and (df["threads"] >= 1).all()
+    assert set(df["device"]) == {"cpu"} and (df["threads"] == 1).all()
     assert df["num_batches"].iloc[0] == math.ceil(small_store.val_idx.numel() / TINY.batch_size)
 
 
