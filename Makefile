@@ -29,9 +29,10 @@ lint: $(STAMP)
 
 # Generates and profiles default variants when none exist, then serves them.
 serve: $(STAMP)
-	@$(BIN)/gnnaas prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
-	@echo "Try: curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
-	$(BIN)/gnnaas serve --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
+	@$(BIN)/gnnaas --threads 1 prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
+	@echo "When the log says 'Application startup complete', try:"
+	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
+	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampler.py --quick
