@@ -5,7 +5,9 @@ split's nodes on the full graph with consistent sampling and the variant's own f
 
 1. ``warmup`` untimed runs on the first batch;
 2. one pass over every batch (accuracy, per-batch accuracy, and a timing of each full batch);
-3. more timed runs cycling over the full batches until ``runs`` timings exist.
+3. more timed runs cycling over the full batches until ``runs`` timings exist and at least
+   ``min_time_s`` has passed (a fast variant's runs then span enough time that a short burst of
+   other work on a shared machine does not move its p50).
 
 Each run is timed per stage: ``sample`` (k-hop sampling), ``gather`` (the variant's pruned columns
 ``store.feature_subset(kept)[n_id]`` and the host→device copy of them and of the blocks), ``comp``
@@ -36,6 +38,7 @@ import datetime as _dt
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +195,7 @@ class _Profiler:
         runs: int,
         warmup: int,
         service_runs: int,
+        min_time_s: float,
         device: torch.device,
         calibration: Calibration,
         date: str,
@@ -201,6 +205,7 @@ class _Profiler:
         self.runs = runs
         self.warmup = warmup
         self.service_runs = service_runs
+        self.min_time_s = min_time_s
         self.device = device
         self.calibration = calibration
         self.date = date
@@ -248,7 +253,8 @@ class _Profiler:
                 timed.append(run.times_ms)
                 fracs.append(run.num_sampled / (batch.numel() * bound))
         i = 0
-        while len(timed) < self.runs:
+        deadline = time.monotonic() + self.min_time_s
+        while len(timed) < self.runs or time.monotonic() < deadline:
             timed.append(runner.run(full[i % len(full)]).times_ms)
             i += 1
 
@@ -358,6 +364,7 @@ def profile_dataset(
     progress: bool = False,
     warmup: int = 2,
     service_runs: int | None = None,
+    min_time_s: float = 1.0,
     variants: Sequence[str] | None = None,
     calibration: Calibration | None = None,
     threads: int | None = None,
@@ -377,6 +384,9 @@ def profile_dataset(
         warmup (int, optional): untimed runs before timing each split. (default: ``2``)
         service_runs (int, optional): timed runs per batch size of ``service_times.csv``.
             (default: ``max(3, runs // 3)``)
+        min_time_s (float, optional): keep timing a split until this much time has passed, even
+            after ``runs`` runs: the runs of a fast variant then span enough time for a short
+            burst of other work on the machine not to move its p50. (default: ``1.0``)
         variants (Sequence[str], optional): profile only these variant ids. (default: all)
         calibration (Calibration, optional): ``BW``/``OPS`` to use instead of measuring them.
         threads (int, optional): torch intra-op threads while profiling (restored afterwards);
@@ -400,8 +410,10 @@ def profile_dataset(
     for name, value in (("batch_size", batch_size), ("runs", runs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"profile_dataset: {name} must be an integer >= 1 (got {value!r})")
-    if warmup < 0:
-        raise ValueError(f"profile_dataset: warmup must be >= 0 (got {warmup})")
+    if warmup < 0 or min_time_s < 0:
+        raise ValueError(
+            f"profile_dataset: warmup and min_time_s must be >= 0 (got {warmup}, {min_time_s})"
+        )
     if threads is not None and threads < 1:
         raise ValueError(f"profile_dataset: threads must be >= 1 (got {threads})")
     previous_threads = torch.get_num_threads()
@@ -418,6 +430,7 @@ def profile_dataset(
             progress=progress,
             warmup=warmup,
             service_runs=service_runs,
+            min_time_s=min_time_s,
             variants=variants,
             calibration=calibration,
         )
@@ -454,6 +467,7 @@ def _profile_dataset(
     progress: bool,
     warmup: int,
     service_runs: int | None,
+    min_time_s: float,
     variants: Sequence[str] | None,
     calibration: Calibration | None,
 ) -> ProfileResult:
@@ -484,6 +498,7 @@ def _profile_dataset(
         runs=runs,
         warmup=warmup,
         service_runs=service_runs if service_runs is not None else max(3, runs // 3),
+        min_time_s=min_time_s,
         device=dev,
         calibration=calibration,
         date=date,

@@ -215,7 +215,10 @@ def _variant_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
     lines = ["## 1. Variants", ""]
     lines.append(
         "Validation profile (p50 over runs). Latency = comm + comp (gather of the kept features, "
-        "copies, forward); e2e adds sampling. Test accuracy for reference."
+        "copies, forward); e2e adds sampling. Test accuracy for reference. Size: the weights "
+        "file. Mem: peak memory allocated while serving one batch (gathered inputs, activations, "
+        "outputs), from torch's profiler memory accounting on the CPU or "
+        "`torch.cuda.max_memory_allocated` on CUDA."
     )
     test_acc = test.set_index("variant")["accuracy"]
     for arch, part in _sorted(val).groupby("arch", sort=True):
@@ -428,7 +431,7 @@ def write_report(profiles_dir: PathType) -> Path:
         f"# Profiles of {dataset}",
         "",
         f"{val['variant'].nunique()} variants profiled on {first.device} "
-        f"({int(first.threads)} torch threads, torch {first.torch_version}) on {first.date}. "
+        f"(torch {first.torch_version}, intra-op threads: {int(first.threads)}) on {first.date}. "
         f"Timed batches: {int(first.batch_size)} target nodes (validation: "
         f"{int(first.num_batches)} batch(es); test: {test_batches}).",
         "",

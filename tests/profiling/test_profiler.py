@@ -61,6 +61,7 @@ def profiled(
         service_runs=1,
         calibration=FIXED_RATES,
         threads=1,
+        min_time_s=0.0,
     )
     assert torch.get_num_threads() == threads_before  # restored
     return result, read_profiles(result.path)
@@ -154,6 +155,7 @@ def test_corrupt_variant_is_skipped(
         runs=1,
         warmup=0,
         service_runs=1,
+        min_time_s=0.0,
         calibration=FIXED_RATES,
     )
     reasons = dict(result.skipped)
