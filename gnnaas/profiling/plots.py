@@ -44,11 +44,11 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _plain_log_axis(axis: Any) -> None:
-    """Log-scale ticks at 1, 2, 5 × 10^k written as plain numbers (no 2×10⁰)."""
+def _plain_log_axis(axis: Any, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
+    """Log-scale ticks at ``subs`` × 10^k written as plain numbers (no 2×10⁰)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -173,8 +173,8 @@ def pareto(val: pd.DataFrame, front: pd.DataFrame, path: Path, *, dataset: str) 
     """
     from matplotlib.lines import Line2D
 
-    fig, axes = _figure(7.5, 5.0)
-    ax = axes[0][0]
+    fig, axes = _figure(10.0, 5.2, 1, 2, width_ratios=[3, 1.15])
+    ax, side = axes[0]
     for r in val.itertuples():
         ax.scatter(
             r.latency_ms,
@@ -197,25 +197,34 @@ def pareto(val: pd.DataFrame, front: pd.DataFrame, path: Path, *, dataset: str) 
     ax.scatter(
         front["latency_ms"], front["accuracy"], s=140, facecolor="none", edgecolor="black", lw=1.2
     )
-    for r in front.itertuples():
+    # numbers on the plot, names in the side panel: neighbouring front points stay legible
+    for i, r in enumerate(front.itertuples(), start=1):
         ax.annotate(
-            r.variant,
+            str(i),
             (r.latency_ms, r.accuracy),
             textcoords="offset points",
-            xytext=(6, -10),
-            fontsize=7,
+            xytext=(7, -11 if i % 2 else 5),
+            fontsize=8,
+            fontweight="bold",
         )
-    handles = _arch_handles(val["arch"]) + _prune_handles(val["prune"])
-    handles.append(
-        Line2D([], [], marker="o", ls="--", color="black", mfc="none", label="Pareto front")
-    )
-    ax.legend(handles=handles, fontsize=8, loc="lower right", ncols=2)
     ax.set_xscale("log")
-    _plain_log_axis(ax.xaxis)
+    _plain_log_axis(ax.xaxis, subs=(1.0, 2.0, 3.0, 5.0))
     ax.set_xlabel("latency p50 (ms, log scale; comm + comp)")
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(alpha=0.3, which="both")
     ax.set_title(f"{dataset}: accuracy vs latency, Pareto front marked")
+
+    side.set_axis_off()
+    handles = _arch_handles(val["arch"]) + _prune_handles(val["prune"])
+    handles.append(
+        Line2D([], [], marker="o", ls="--", color="black", mfc="none", label="Pareto front")
+    )
+    side.legend(handles=handles, fontsize=8, loc="upper left", ncols=2, frameon=False)
+    listing = "\n".join(
+        f"{i}  {r.variant}\n    {r.accuracy:.1f} %, {r.latency_ms:.3g} ms"
+        for i, r in enumerate(front.itertuples(), start=1)
+    )
+    side.text(0.0, 0.62, "Pareto front\n" + listing, fontsize=8, va="top", family="monospace")
     return _save(fig, path)
 
 
