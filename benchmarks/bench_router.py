@@ -317,6 +317,11 @@ def prepare(cfg: Config, workdir: Path, device: str) -> tuple[Path, Path]:
     from gnnaas.variants.training import TrainConfig
 
     variants, profiles = workdir / "variants", workdir / "profiles"
+    threads = dict(cfg.server_env).get("GNNAAS_TORCH_THREADS")
+    if threads:  # profile as the server will run
+        import torch
+
+        torch.set_num_threads(int(threads))
     say(
         f"prepare: {cfg.dataset}, archs sage gin, rankings {' '.join(cfg.rankings)}, "
         f"prune 1 2 4 8, max {cfg.epochs} epochs, profile runs {cfg.profile_runs} -> {workdir}"
@@ -964,12 +969,13 @@ LAYERS = (
 
 # What would cut each layer, quoted for the top three.
 REMEDIES = {
-    "HTTP + parsing": "uvicorn runs its pure-Python h11 parser on the plain asyncio loop here "
-    "(neither httptools nor uvloop is installed); adding them (`uvicorn[standard]`) swaps both "
-    "in with no code change. The body is read twice (the body-limit middleware buffers it, then "
-    "FastAPI parses it into a pydantic model with `list[StrictInt]`); a route that reads "
+    "HTTP + parsing": "uvicorn's HTTP/1.1 parsing and writing and Starlette/FastAPI dispatch "
+    "(with uvloop + httptools when installed, as gnnaas requires; with the pure-Python h11 and "
+    "the asyncio loop otherwise). The body is read twice (the body-limit middleware buffers it, "
+    "then FastAPI parses it into a pydantic model with `list[StrictInt]`); a route that reads "
     "`await request.body()` and parses with `json.loads` + one `torch.tensor` would skip a "
-    "validation pass. Beyond one process: more uvicorn workers (`--workers`) on more cores.",
+    "validation pass. Beyond one process: more uvicorn workers (`--workers`) on more cores, "
+    "each with its own variants.",
     "policy": "`select_variant` scores every routable variant and `load_snapshot` recomputes each "
     "variant's wait from its batcher on every request; cache the snapshot per event-loop tick "
     "(or per millisecond) and precompute the within-tolerance candidate lists per tolerance.",
@@ -987,7 +993,7 @@ REMEDIES = {
     "metrics": "Prometheus counters and histograms per request (five stage histograms); "
     "recording per batch instead of per request, or fewer label lookups (cache the labelled "
     "children), cuts it.",
-    "event loop": "asyncio's selector loop; uvloop replaces it.",
+    "event loop": "the event loop's own work (uvloop when installed).",
     "thread hand-off": "the worker thread waking up for each batch; unavoidable per batch, "
     "amortized by batching.",
     "other": "unattributed.",
@@ -1410,7 +1416,8 @@ def _busy_note(before: dict[str, Any], after: dict[str, Any]) -> str:
 def make_config(args: argparse.Namespace) -> Config:
     """The preset (full or quick) with the command line's overrides."""
     cfg = QUICK if args.quick else FULL
-    env = []
+    # Client and server share the cores: one torch thread keeps the server from stalling itself.
+    env = [] if args.server_env else [("GNNAAS_TORCH_THREADS", "1")]
     for item in args.server_env:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -1618,7 +1625,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="environment for the gnnaas servers, e.g. OMP_NUM_THREADS=1 (repeatable)",
+        help="environment for the gnnaas servers, e.g. GNNAAS_MAX_WAIT_MS=1 (repeatable; "
+        "default: GNNAAS_TORCH_THREADS=1)",
     )
     parser.add_argument(
         "--replot",

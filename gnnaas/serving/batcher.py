@@ -104,6 +104,10 @@ class Batcher(Generic[T, R]):
             batch (metrics, load tracking). (default: ``None``)
         retry_after_s (float, optional): hint carried by :class:`OverloadedError`.
             (default: ``1.0``)
+        gate (asyncio.Semaphore, optional): shared by the batchers of one device so that at most
+            its value of batches run at once; a batch is closed only once the gate lets it run,
+            so requests arriving while other variants' batches run still merge into it.
+            (default: ``None``: no limit beyond one batch per batcher)
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class Batcher(Generic[T, R]):
         executor: concurrent.futures.Executor | None = None,
         on_batch: Callable[[BatchStats], None] | None = None,
         retry_after_s: float = 1.0,
+        gate: asyncio.Semaphore | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
@@ -131,6 +136,7 @@ class Batcher(Generic[T, R]):
         self.retry_after_s = retry_after_s
         self._handler = handler
         self._on_batch = on_batch
+        self._gate = gate
         self._own_executor = executor is None
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"gnnaas-{name}"
@@ -171,6 +177,12 @@ class Batcher(Generic[T, R]):
     def in_flight_since(self) -> float | None:
         """``time.monotonic()`` when the running batch started, ``None`` when idle."""
         return self._in_flight_since
+
+    def has_room(self, size: int) -> bool:
+        """Whether :meth:`submit` would accept ``size`` more nodes now."""
+        if self._closed:
+            return False
+        return self._queued_nodes == 0 or self._queued_nodes + size <= self.max_queue_size
 
     @property
     def closed(self) -> bool:
@@ -221,7 +233,7 @@ class Batcher(Generic[T, R]):
                 f"variant {self.name} is shutting down; retry on another instance",
                 self.retry_after_s,
             )
-        if self._queued_nodes > 0 and self._queued_nodes + size > self.max_queue_size:
+        if not self.has_room(size):
             raise OverloadedError(
                 f"queue of variant {self.name} is full ({self._queued_nodes} nodes waiting, "
                 f"limit {self.max_queue_size}); retry later",
@@ -263,17 +275,22 @@ class Batcher(Generic[T, R]):
                 continue
             return entry
 
-    async def _collect(self) -> tuple[list[_Pending[T, R]], bool]:
-        """One batch, and whether the stop marker was seen."""
+    async def _first(self) -> _Pending[T, R] | None:
+        """The first live entry of the next batch; ``None`` on the stop marker."""
         first = self._carry
         self._carry = None
-        if first is None or first.future.done():
-            if first is not None:
-                self._dequeued(first)
+        if first is not None and first.future.done():
+            self._dequeued(first)
+            first = None
+        if first is None:
             entry = await self._next(None)
             if not isinstance(entry, _Pending):
-                return [], True
+                return None
             first = entry
+        return first
+
+    async def _fill(self, first: _Pending[T, R]) -> tuple[list[_Pending[T, R]], bool]:
+        """The batch that ``first`` opens, and whether the stop marker was seen."""
         batch, size = [first], first.size
         deadline = first.enqueued_at + self.max_wait_s
         while size < self.max_batch_size:
@@ -293,10 +310,18 @@ class Batcher(Generic[T, R]):
         loop = asyncio.get_running_loop()
         stopping = False
         while not stopping or self._carry is not None:
-            batch, stop_seen = await self._collect()
-            stopping = stopping or stop_seen
-            if batch:
+            first = await self._first()
+            if first is None:
+                stopping = True
+                continue
+            if self._gate is None:
+                batch, stop_seen = await self._fill(first)
                 await self._execute(loop, batch)
+            else:
+                async with self._gate:  # the batch keeps filling while the device is busy
+                    batch, stop_seen = await self._fill(first)
+                    await self._execute(loop, batch)
+            stopping = stopping or stop_seen
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:
         size = 0

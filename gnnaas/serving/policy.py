@@ -7,12 +7,16 @@ The rule (ARCHITECTURE.md §6):
 
 * candidates are the variants whose profiled validation accuracy is within ``tolerance`` points
   of the most accurate variant;
-* each candidate's predicted completion time is its current queue wait plus its profiled service
-  time for this request's batch size (piecewise-linear interpolation over the profiled batch
-  sizes, linear extrapolation beyond them);
-* without an SLO the candidate with the smallest predicted completion time wins, ties going to the
-  more accurate one; with an SLO the most accurate candidate predicted to meet it wins, else the
-  fastest.
+* each candidate's predicted completion time is the work queued ahead of its next batch plus
+  the profiled service time of that batch with this request in it: ``wait + T(queued + n)``,
+  where ``queued`` are the nodes already waiting for the variant (a request joins their batch
+  rather than paying for one of its own) and ``T`` interpolates the profiled batch sizes
+  piecewise-linearly (linear extrapolation beyond them);
+* without an SLO the candidate with the smallest predicted completion time wins; times within
+  ``tie_margin`` (relative) of the smallest count as ties and go to the most accurate of them, so
+  that profiling noise between variants of nearly equal speed does not scatter requests (and
+  their batches) over several variants; with an SLO the most accurate candidate predicted to meet
+  it wins, else the fastest.
 
 Example:
     >>> curve = ServiceCurve((1, 32), (1.0, 4.1))
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["Candidate", "Selection", "ServiceCurve", "candidates_within", "select_variant"]
@@ -81,6 +85,15 @@ class ServiceCurve:
         i = min(max(bisect.bisect_left(bs, batch_size), 1), len(bs) - 1)
         b0, b1, t0, t1 = bs[i - 1], bs[i], ts[i - 1], ts[i]
         return max(0.0, t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0))
+
+    def predict_batched(self, nodes: int, max_batch: int | None = None) -> float:
+        """Time (ms) to serve ``nodes`` in batches of at most ``max_batch`` (0 for no nodes)."""
+        if nodes <= 0:
+            return 0.0
+        if max_batch is None or nodes <= max_batch:
+            return self.predict(nodes)
+        full, rest = divmod(nodes, max_batch)
+        return full * self.predict(max_batch) + (self.predict(rest) if rest else 0.0)
 
     def scaled(self, factor: float) -> ServiceCurve:
         """The same curve with every time multiplied by ``factor``."""
@@ -143,7 +156,11 @@ def select_variant(
     num_nodes: int,
     tolerance: float = 0.0,
     wait_ms: Mapping[str, float] | None = None,
+    queued_nodes: Mapping[str, int] | None = None,
     slo_ms: float | None = None,
+    tie_margin: float = 0.0,
+    max_batch_nodes: int | None = None,
+    full: Collection[str] = (),
 ) -> Selection:
     """Picks the variant for one request.
 
@@ -152,36 +169,51 @@ def select_variant(
         num_nodes (int): the request's number of target nodes (its batch size).
         tolerance (float, optional): accuracy points the client accepts to lose versus the most
             accurate candidate. (default: ``0.0``)
-        wait_ms (Mapping[str, float], optional): current queue wait per variant id (the load
-            snapshot); missing ids count as idle. (default: ``None``)
+        wait_ms (Mapping[str, float], optional): work (ms) queued ahead of each variant's next
+            batch (the load snapshot); missing ids count as idle. (default: ``None``)
+        queued_nodes (Mapping[str, int], optional): nodes already waiting for each variant's next
+            batch, which this request would join; missing ids count as none. (default: ``None``)
         slo_ms (float, optional): the client's latency target. (default: ``None``)
+        tie_margin (float, optional): predicted times within this fraction of the smallest are
+            ties, won by the most accurate. (default: ``0.0``)
+        max_batch_nodes (int, optional): most nodes per batch; more queued nodes are served in
+            several batches. (default: ``None``: one batch of any size)
+        full (Collection[str], optional): variants whose queue cannot take the request; skipped
+            unless every candidate is full. (default: ``()``)
 
     Returns:
         Selection: the chosen variant and its prediction.
 
     Raises:
-        ValueError: on no candidates, a bad tolerance, ``num_nodes < 1`` or a bad ``slo_ms``.
+        ValueError: on no candidates, a bad tolerance, ``num_nodes < 1``, a bad ``slo_ms`` or
+            a negative ``tie_margin``.
     """
     if num_nodes < 1:
         raise ValueError(f"select_variant needs num_nodes >= 1 (got {num_nodes})")
     if slo_ms is not None and (not math.isfinite(slo_ms) or slo_ms <= 0):
         raise ValueError(f"slo_ms must be a finite number > 0 (got {slo_ms})")
+    if not math.isfinite(tie_margin) or tie_margin < 0:
+        raise ValueError(f"tie_margin must be a finite number >= 0 (got {tie_margin})")
     within = candidates_within(candidates, tolerance)
-    waits = wait_ms or {}
+    considered = tuple(c.variant_id for c in within)
+    if full:
+        within = [c for c in within if c.variant_id not in full] or within
+    waits, queued = wait_ms or {}, queued_nodes or {}
     # (predicted, wait, candidate) in most-accurate-first order.
     scored = []
     for c in within:
         wait = max(0.0, waits.get(c.variant_id, 0.0))
-        scored.append((wait + c.service.predict(num_nodes), wait, c))
-    considered = tuple(c.variant_id for c in within)
+        batch = max(0, queued.get(c.variant_id, 0)) + num_nodes
+        scored.append((wait + c.service.predict_batched(batch, max_batch_nodes), wait, c))
 
     if slo_ms is not None:
         for predicted, wait, c in scored:  # most accurate first
             if predicted <= slo_ms:
                 return Selection(c.variant_id, predicted, wait, True, considered)
 
-    # min() keeps the first of equal keys and `scored` is most accurate first: ties → more accurate.
-    predicted, wait, c = min(scored, key=lambda s: s[0])
+    # `scored` is most accurate first, so the first within the tie band is the most accurate tie.
+    fastest = min(s[0] for s in scored)
+    predicted, wait, c = next(s for s in scored if s[0] <= fastest * (1.0 + tie_margin))
     return Selection(
         c.variant_id, predicted, wait, False if slo_ms is not None else None, considered
     )

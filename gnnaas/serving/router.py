@@ -1,15 +1,24 @@
 """The serving core: policy + one batcher and executor per variant, with measured load.
 
 :class:`Router` is plain Python (no FastAPI types), so that the same object could sit behind another
-ingress later (ARCHITECTURE.md §7). For every request it takes a load snapshot of the dataset's
-variants from its own batchers, asks the pure :func:`~gnnaas.serving.policy.select_variant` for a
-variant (or honours a pinned one), and queues the request on that variant's batcher.
+ingress later (ARCHITECTURE.md §7). For every request it takes a load snapshot from its own
+batchers, asks the pure :func:`~gnnaas.serving.policy.select_variant` for a variant (or honours a
+pinned one), and queues the request on that variant's batcher.
 
-Queue wait of a variant = the remaining time of its running batch + the time to serve the nodes
-waiting in its queue (in batches of at most ``max_batch_nodes``), both from its profiled service
-curve times a *measured* factor: an EWMA of observed batch time / profiled time, updated after every
-batch. So load comes from the router's own queues and recent service times, and a machine slower or
-busier than the one that profiled is noticed after a few batches.
+All variants of a process share one device, and at most ``max_concurrent_batches`` batches run on
+it at once (a shared gate; on a CPU one batch already uses every intra-op thread, so two batches
+of different variants would only slow each other down). A batch is closed when the gate lets it
+run, so requests keep merging into it while other batches run. The load model follows: before a
+new batch of any variant can start, the running batches must finish and the nodes already
+waiting must be served. The policy therefore scores each candidate by the time *it* would take to
+serve the dataset's waiting nodes together with the new request (in batches of at most
+``max_batch_nodes``): idle, every variant costs about the same for a few nodes and the most
+accurate near-tie wins; under load, the backlog makes a fast variant's advantage large and traffic
+moves to it, in one batch stream rather than split over many variants.
+
+Times come from the profiled service curves times a *measured* factor: an EWMA of observed batch
+time / profiled time over every batch on the device, so a machine slower or busier than the one
+that profiled is noticed after a few batches.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from gnnaas.errors import ConfigError
 from gnnaas.serving.batcher import Batcher, BatchStats
 from gnnaas.serving.executor import ExecRequest, ExecResult, Executor
 from gnnaas.serving.metrics import QueueDepth, ServingMetrics
-from gnnaas.serving.policy import Selection, select_variant
+from gnnaas.serving.policy import Candidate, Selection, select_variant
 from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.settings import Settings
 
@@ -38,6 +47,7 @@ __all__ = [
     "NotFoundError",
     "Prediction",
     "Router",
+    "Speed",
     "default_executor_factory",
 ]
 
@@ -102,8 +112,30 @@ def default_executor_factory(
     return build
 
 
+class Speed:
+    """Measured speed of a device: an EWMA of observed / profiled batch time (1.0 = as profiled).
+
+    Args:
+        alpha (float): weight of the newest batch.
+    """
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.factor = 1.0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(factor={self.factor:.3f})"
+
+    def observe(self, duration_ms: float, predicted_ms: float) -> None:
+        """Folds one batch that took ``duration_ms`` against a profiled ``predicted_ms``."""
+        if predicted_ms <= 0:
+            return
+        ratio = min(max(duration_ms / predicted_ms, _SCALE_BOUNDS[0]), _SCALE_BOUNDS[1])
+        self.factor += self.alpha * (ratio - self.factor)
+
+
 class Lane:
-    """One variant's executor, batcher and measured speed."""
+    """One variant's executor and batcher, with the device's measured speed."""
 
     def __init__(
         self,
@@ -112,12 +144,14 @@ class Lane:
         handler: Callable[[Sequence[ExecRequest]], list[ExecResult]],
         settings: Settings,
         metrics: ServingMetrics,
+        *,
+        speed: Speed | None = None,
+        gate: asyncio.Semaphore | None = None,
     ) -> None:
         self.dataset = dataset
         self.variant = variant
         self.handler = handler
-        self.scale = 1.0  # EWMA of observed / profiled batch time
-        self._alpha = settings.load_ewma_alpha
+        self.speed = speed or Speed(settings.load_ewma_alpha)
         self._metrics = metrics
         self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
             handler,
@@ -127,7 +161,13 @@ class Lane:
             max_queue_size=settings.max_queue_nodes,
             on_batch=self._on_batch,
             retry_after_s=settings.retry_after_s,
+            gate=gate,
         )
+
+    @property
+    def scale(self) -> float:
+        """The measured observed / profiled time factor of this lane's device."""
+        return self.speed.factor
 
     def _on_batch(self, stats: BatchStats) -> None:
         self._metrics.batch(
@@ -139,31 +179,23 @@ class Lane:
         profile = self.variant.profile
         if stats.error is not None or profile is None:
             return
-        predicted = profile.service.predict(stats.batch_size)
-        if predicted <= 0:
-            return
-        ratio = min(max(stats.duration_s * 1e3 / predicted, _SCALE_BOUNDS[0]), _SCALE_BOUNDS[1])
-        self.scale += self._alpha * (ratio - self.scale)
+        self.speed.observe(stats.duration_s * 1e3, profile.service.predict(stats.batch_size))
 
-    def wait_ms(self, now: float) -> float:
-        """Predicted wait before a new request's batch starts (0 for unprofiled variants)."""
+    def running_ms(self, now: float) -> float:
+        """Predicted time left of the running batch (0 when idle or unprofiled)."""
+        profile, since = self.variant.profile, self.batcher.in_flight_since
+        if profile is None or since is None:
+            return 0.0
+        expected = self.scale * profile.service.predict(self.batcher.in_flight_nodes)
+        return max(expected - (now - since) * 1e3, 0.0)
+
+    def queued_ms(self) -> float:
+        """Predicted time to serve the nodes waiting in this lane (0 when unprofiled)."""
         profile = self.variant.profile
         if profile is None:
             return 0.0
-        curve, b = profile.service, self.batcher
-        wait = 0.0
-        since = b.in_flight_since
-        if since is not None:
-            expected = self.scale * curve.predict(b.in_flight_nodes)
-            wait += max(expected - (now - since) * 1e3, 0.0)
-        queued = b.queued_nodes
-        if queued:
-            full, rest = divmod(queued, b.max_batch_size)
-            queued_ms = full * curve.predict(b.max_batch_size) + (
-                curve.predict(rest) if rest else 0
-            )
-            wait += self.scale * queued_ms
-        return wait
+        b = self.batcher
+        return self.scale * profile.service.predict_batched(b.queued_nodes, b.max_batch_size)
 
 
 class Router:
@@ -191,6 +223,7 @@ class Router:
         self.metrics = metrics or ServingMetrics()
         self._factory = executor_factory or default_executor_factory(registry.device)
         self._lanes: dict[tuple[str, str], Lane] = {}
+        self.speed = Speed(settings.load_ewma_alpha)
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -206,11 +239,12 @@ class Router:
             return
         if self.settings.torch_threads is not None:
             torch.set_num_threads(self.settings.torch_threads)
+        gate = asyncio.Semaphore(self.settings.max_concurrent_batches)
         for ds in self.registry.datasets.values():
             for v in ds.variants.values():
                 handler = await asyncio.to_thread(self._factory, ds, v)
                 self._lanes[(ds.name, v.variant_id)] = Lane(
-                    ds, v, handler, self.settings, self.metrics
+                    ds, v, handler, self.settings, self.metrics, speed=self.speed, gate=gate
                 )
         if self.settings.warmup:
             for lane in self._lanes.values():
@@ -235,14 +269,38 @@ class Router:
         """The lane of one variant (``KeyError`` when unknown)."""
         return self._lanes[(dataset, variant_id)]
 
-    def load_snapshot(self, dataset: ServedDataset) -> dict[str, float]:
-        """Predicted queue wait (ms) of each variant of ``dataset``, measured now."""
+    def _backlog(self, dataset: ServedDataset) -> tuple[float, int]:
+        """Work (ms) ahead of any new batch of ``dataset``, and the dataset's waiting nodes.
+
+        The work ahead is what is left of the running batches plus the waiting work of other
+        datasets' variants, shared among the ``max_concurrent_batches`` slots.
+        """
         now = time.monotonic()
-        return {
-            v: self._lanes[(dataset.name, v)].wait_ms(now)
-            for v in dataset.variants
-            if (dataset.name, v) in self._lanes
-        }
+        ahead, waiting = 0.0, 0
+        for (name, _), lane in self._lanes.items():
+            ahead += lane.running_ms(now)
+            if name == dataset.name:
+                waiting += lane.batcher.queued_nodes
+            else:
+                ahead += lane.queued_ms()
+        return ahead / self.settings.max_concurrent_batches, waiting
+
+    def load_snapshot(self, dataset: ServedDataset) -> dict[str, float]:
+        """Predicted wait (ms) of a new request of ``dataset`` on each variant, measured now.
+
+        That is the work ahead plus the time the variant would take to serve the nodes waiting
+        now (0 for unprofiled variants, which are never routed to).
+        """
+        ahead, waiting = self._backlog(dataset)
+        out = {}
+        for v, variant in dataset.variants.items():
+            profile = variant.profile
+            if profile is None or (dataset.name, v) not in self._lanes:
+                out[v] = 0.0
+                continue
+            serve = profile.service.predict_batched(waiting, self.settings.max_batch_nodes)
+            out[v] = ahead + self.speed.factor * serve
+        return out
 
     def queue_depths(self) -> Iterator[QueueDepth]:
         """Queued and running nodes of every variant (read by ``/metrics``)."""
@@ -272,12 +330,27 @@ class Router:
                     f"known variants: {known}"
                 )
             return variant, None
+        ahead, waiting = self._backlog(dataset)
+        factor = self.speed.factor
+        candidates = dataset.candidates
+        if factor != 1.0:
+            candidates = tuple(
+                Candidate(c.variant_id, c.accuracy, c.service.scaled(factor)) for c in candidates
+            )
         selection = select_variant(
-            dataset.candidates,
+            candidates,
             num_nodes=num_nodes,
             tolerance=tolerance,
-            wait_ms=self.load_snapshot(dataset),
+            wait_ms=dict.fromkeys((c.variant_id for c in candidates), ahead),
+            queued_nodes=dict.fromkeys((c.variant_id for c in candidates), waiting),
             slo_ms=slo_ms,
+            tie_margin=self.settings.tie_margin,
+            max_batch_nodes=self.settings.max_batch_nodes,
+            full=[
+                c.variant_id
+                for c in candidates
+                if not self._lanes[(dataset.name, c.variant_id)].batcher.has_room(num_nodes)
+            ],
         )
         return dataset.variants[selection.variant_id], selection
 

@@ -46,9 +46,14 @@ class Settings(BaseSettings):
         retry_after_s (int): ``Retry-After`` sent with 503. (default: ``1``)
         load_ewma_alpha (float): weight of the newest batch in the measured/profiled service time
             ratio used for queue waits. (default: ``0.2``)
-        torch_threads (int, optional): intra-op threads of torch for the server process; each
-            variant runs its batches in its own thread, so on a busy or small machine ``1`` avoids
-            oversubscription. ``None`` keeps torch's default. (default: ``None``)
+        max_concurrent_batches (int): batches running at once on the device, over all variants;
+            on a CPU one batch already uses every intra-op thread. (default: ``1``)
+        tie_margin (float): predicted completion times within this fraction of the fastest
+            candidate's count as ties, won by the most accurate; keeps profiling noise between
+            variants of nearly equal speed from scattering requests. (default: ``0.1``)
+        torch_threads (int, optional): intra-op threads of torch for the server process; on a
+            busy or small machine ``1`` avoids oversubscription. ``None`` keeps torch's default.
+            (default: ``None``)
         warmup (bool): run one forward per variant before reporting ready. (default: ``True``)
         shutdown_timeout_s (float): how long shutdown waits for accepted requests. (default: ``30``)
     """
@@ -73,6 +78,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1 << 20, ge=64)
     retry_after_s: int = Field(default=1, ge=1)
     load_ewma_alpha: float = Field(default=0.2, gt=0.0, le=1.0)
+    max_concurrent_batches: int = Field(default=1, ge=1)
+    tie_margin: float = Field(default=0.1, ge=0.0, le=10.0)
     torch_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)

@@ -121,6 +121,7 @@ def test_slo_respects_tolerance() -> None:
         ({"tolerance": math.inf}, "tolerance"),
         ({"num_nodes": 0}, "num_nodes"),
         ({"slo_ms": 0.0}, "slo_ms"),
+        ({"tie_margin": -0.1}, "tie_margin"),
     ],
 )
 def test_rejects_bad_arguments(kwargs: dict[str, float], match: str) -> None:
@@ -132,3 +133,35 @@ def test_rejects_bad_arguments(kwargs: dict[str, float], match: str) -> None:
 def test_rejects_no_candidates() -> None:
     with pytest.raises(ValueError, match="at least one candidate"):
         select_variant([], num_nodes=1)
+
+
+def test_a_request_joins_the_queued_batch() -> None:
+    # 100 nodes wait for the 8x variant behind 3 ms of other work: joining them costs
+    # T(101) = 1 + 17 * 100 / 1023 ms, less than a batch of its own on another variant, which
+    # would wait for the 3 ms and the 8x batch (2.66 ms).
+    behind = 3.0 + 1.0 + 17.0 * 99 / 1023
+    sel = select_variant(
+        _candidates(),
+        num_nodes=1,
+        tolerance=10,
+        wait_ms={"sage-lasso-8x": 3.0, "sage-lasso-2x": behind, "sage-full-1x": behind},
+        queued_nodes={"sage-lasso-8x": 100},
+    )
+    assert sel.variant_id == "sage-lasso-8x"
+    assert sel.predicted_ms == pytest.approx(3.0 + 1.0 + 17.0 * 100 / 1023)
+
+
+@pytest.mark.parametrize(("margin", "expected"), [(0.0, "sage-lasso-8x"), (0.25, "sage-full-1x")])
+def test_tie_margin_prefers_accuracy_among_near_equal_times(margin: float, expected: str) -> None:
+    near = [
+        Candidate("sage-full-1x", 90.0, ServiceCurve((1,), (2.4,))),
+        Candidate("sage-lasso-2x", 89.0, ServiceCurve((1,), (2.2,))),
+        Candidate("sage-lasso-8x", 85.0, ServiceCurve((1,), (2.0,))),
+    ]
+    sel = select_variant(near, num_nodes=1, tolerance=10, tie_margin=margin)
+    assert sel.variant_id == expected
+    # A clearly faster variant is not a tie.
+    far = [near[0], Candidate("sage-lasso-8x", 85.0, ServiceCurve((1,), (1.0,)))]
+    assert select_variant(far, num_nodes=1, tolerance=10, tie_margin=margin).variant_id == (
+        "sage-lasso-8x"
+    )

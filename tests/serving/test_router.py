@@ -21,6 +21,9 @@ async def router(toy: tuple[VariantRegistry, dict[str, FakeModel]]) -> Router:
     await core.stop()
 
 
+slow_id, other_id = "sage-lasso-8x", "sage-lasso-2x"
+
+
 async def _until(cond: object) -> None:
     for _ in range(5000):
         if cond():  # type: ignore[operator]
@@ -58,11 +61,16 @@ async def test_load_snapshot_is_measured_from_the_queues(
         await _until(lambda: lane.batcher.queued_nodes == 9)
         # 9 queued nodes = 2 full batches of 4 + 1 node, from the profiled curve
         # {1: 1.0, 32: 2.0} ms, plus what is left of the running batch (at most 1 ms).
-        wait = router.load_snapshot(ds)["sage-lasso-8x"]
+        waits = router.load_snapshot(ds)
         per4, per1 = 1.0 + 3 / 31, 1.0
-        assert 2 * per4 + per1 <= wait <= 2 * per4 + per1 + 1.0
+        assert 2 * per4 + per1 <= waits["sage-lasso-8x"] <= 2 * per4 + per1 + 1.0
+        # The device is shared: on the 2x variant the same 9 nodes would take its own time.
+        per4_2x, per1_2x = 2.0 + 2 * 3 / 31, 2.0
+        assert 2 * per4_2x + per1_2x <= waits["sage-lasso-2x"] <= 2 * per4_2x + per1_2x + 1.0
+        # A new node joins the 8x backlog (2 x 4 + 2 nodes) rather than a 2x batch behind it.
         sel = router.select(ds, 1, tolerance=50)[1]
-        assert sel is not None and sel.variant_id == "sage-lasso-2x"
+        assert sel is not None and sel.variant_id == "sage-lasso-8x"
+        assert sel.predicted_ms == pytest.approx(2 * per4 + 1.0 + 1 / 31, abs=1.0)
         await asyncio.sleep(0.01)  # the held batch takes >= 10x its profiled 1 ms
         gate.set()
         await asyncio.gather(running, *queued)
@@ -70,6 +78,7 @@ async def test_load_snapshot_is_measured_from_the_queues(
     # The held batch was far slower than profiled: the measured factor went up after it
     # (the unheld batches that follow may pull it back down).
     assert len(scales) == 4 and scales[0] > 1.0
+    assert lane.scale == router.speed.factor  # one measured speed per device
 
 
 async def test_stop_drains_in_flight_requests(
@@ -93,6 +102,62 @@ async def test_stop_drains_in_flight_requests(
         await stopping
     results = [p.result() for p in pending]
     assert [(len(r.predictions), r.batch_requests) for r in results] == [(1, 1), (1, 2), (1, 2)]
+
+
+async def test_one_batch_at_a_time_on_the_device(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+) -> None:
+    core = Router(toy[0], Settings(warmup=False))  # max_concurrent_batches=1
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    slow, other = toy[1]["sage-lasso-8x"], toy[1]["sage-lasso-2x"]
+    try:
+        with held(slow) as gate:
+            first = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
+            await _until(slow.entered.is_set)
+            calls = other.calls
+            second = asyncio.ensure_future(core.predict(ds, torch.tensor([1]), pinned=other_id))
+            await asyncio.sleep(0.05)
+            assert other.calls == calls and not second.done()  # waits for the device
+            # Nodes arriving meanwhile merge into the waiting batch.
+            third = asyncio.ensure_future(core.predict(ds, torch.tensor([2]), pinned=other_id))
+            await _until(lambda: core.lane("toy", other_id).batcher.queued_nodes == 2)
+            gate.set()
+            results = await asyncio.gather(first, second, third)
+        assert [r.batch_requests for r in results] == [1, 2, 2]
+        assert other.calls == calls + 1
+    finally:
+        await core.stop()
+
+
+async def test_backlog_moves_traffic_to_a_faster_variant(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+) -> None:
+    # Within 4.5 points: 1x (90 %, 3 ms for one node) and 2x (89 %, 2 ms). Idle, 3 ms is within
+    # the 50 % tie band of 2 ms, so the more accurate 1x wins.
+    core = Router(toy[0], Settings(warmup=False, tie_margin=0.5))
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    blocker = toy[1][slow_id]
+    try:
+        assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
+        with held(blocker) as gate:
+            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
+            await _until(blocker.entered.is_set)
+            queued = [
+                asyncio.ensure_future(core.predict(ds, torch.arange(50), pinned=slow_id))
+                for _ in range(4)
+            ]
+            await _until(lambda: core.lane("toy", slow_id).batcher.queued_nodes == 200)
+            # 200 waiting nodes: 1x would serve them and the new one in 16.6 ms, 2x in 10.0 ms.
+            core.speed.factor = 1.0
+            assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-lasso-2x"
+            gate.set()
+            await asyncio.gather(running, *queued)
+        core.speed.factor = 1.0
+        assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
+    finally:
+        await core.stop()
 
 
 async def test_unknown_pinned_variant(router: Router) -> None:
