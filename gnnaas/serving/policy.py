@@ -15,7 +15,8 @@ The rule (ARCHITECTURE.md §6):
 * without an SLO the candidate with the smallest predicted completion time wins; times within
   ``tie_margin`` (relative) of the smallest count as ties and go to the most accurate of them, so
   that profiling noise between variants of nearly equal speed does not scatter requests (and
-  their batches) over several variants; with an SLO the most accurate candidate predicted to meet
+  their batches) over several variants, unless the caller names a variant to ``keep`` among the
+  ties (hysteresis under load); with an SLO the most accurate candidate predicted to meet
   it wins, else the fastest.
 
 Example:
@@ -161,6 +162,7 @@ def select_variant(
     tie_margin: float = 0.0,
     max_batch_nodes: int | None = None,
     full: Collection[str] = (),
+    keep: str | None = None,
 ) -> Selection:
     """Picks the variant for one request.
 
@@ -180,6 +182,10 @@ def select_variant(
             several batches. (default: ``None``: one batch of any size)
         full (Collection[str], optional): variants whose queue cannot take the request; skipped
             unless every candidate is full. (default: ``()``)
+        keep (str, optional): the variant that served the dataset's last requests; under load
+            the caller passes it so that it stays chosen while its predicted time is within
+            ``tie_margin`` of the fastest (hysteresis: a stream is not split over two variants
+            whose times cross back and forth). (default: ``None``)
 
     Returns:
         Selection: the chosen variant and its prediction.
@@ -212,8 +218,9 @@ def select_variant(
                 return Selection(c.variant_id, predicted, wait, True, considered)
 
     # `scored` is most accurate first, so the first within the tie band is the most accurate tie.
-    fastest = min(s[0] for s in scored)
-    predicted, wait, c = next(s for s in scored if s[0] <= fastest * (1.0 + tie_margin))
+    band = min(s[0] for s in scored) * (1.0 + tie_margin)
+    ties = [s for s in scored if s[0] <= band]
+    predicted, wait, c = next((s for s in ties if s[2].variant_id == keep), ties[0])
     return Selection(
         c.variant_id, predicted, wait, False if slo_ms is not None else None, considered
     )

@@ -14,7 +14,9 @@ waiting must be served. The policy therefore scores each candidate by the time *
 serve the dataset's waiting nodes together with the new request (in batches of at most
 ``max_batch_nodes``): idle, every variant costs about the same for a few nodes and the most
 accurate near-tie wins; under load, the backlog makes a fast variant's advantage large and traffic
-moves to it, in one batch stream rather than split over many variants.
+moves to it, in one batch stream rather than split over many variants. While the device is busy
+the variant of the last routed request is kept as long as it stays a near-tie (hysteresis), so a
+backlog that hovers around the switching point does not alternate batches between two variants.
 
 Times come from the profiled service curves times a *measured* factor: an EWMA of observed batch
 time / profiled time over every batch on the device, so a machine slower or busier than the one
@@ -224,6 +226,7 @@ class Router:
         self._factory = executor_factory or default_executor_factory(registry.device)
         self._lanes: dict[tuple[str, str], Lane] = {}
         self.speed = Speed(settings.load_ewma_alpha)
+        self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -351,7 +354,11 @@ class Router:
                 for c in candidates
                 if not self._lanes[(dataset.name, c.variant_id)].batcher.has_room(num_nodes)
             ],
+            # Busy: stay on the variant the stream is on while it is a near-tie. Idle: the most
+            # accurate near-tie again.
+            keep=self._last.get(dataset.name) if ahead > 0 or waiting > 0 else None,
         )
+        self._last[dataset.name] = selection.variant_id
         return dataset.variants[selection.variant_id], selection
 
     async def predict(

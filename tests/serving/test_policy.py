@@ -165,3 +165,21 @@ def test_tie_margin_prefers_accuracy_among_near_equal_times(margin: float, expec
     assert select_variant(far, num_nodes=1, tolerance=10, tie_margin=margin).variant_id == (
         "sage-lasso-8x"
     )
+
+
+def test_keep_holds_a_near_tie_but_not_a_clearly_slower_variant() -> None:
+    near = [
+        Candidate("sage-full-1x", 90.0, ServiceCurve((1,), (2.1,))),
+        Candidate("sage-lasso-8x", 85.0, ServiceCurve((1,), (2.0,))),
+    ]
+    args = {"num_nodes": 1, "tolerance": 10, "tie_margin": 0.1}
+    assert select_variant(near, **args).variant_id == "sage-full-1x"  # type: ignore[arg-type]
+    kept = select_variant(near, keep="sage-lasso-8x", **args)  # type: ignore[arg-type]
+    assert kept.variant_id == "sage-lasso-8x"
+    slow = [Candidate("sage-full-1x", 90.0, ServiceCurve((1,), (3.0,))), near[1]]
+    moved = select_variant(slow, keep="sage-full-1x", **args)  # type: ignore[arg-type]
+    assert moved.variant_id == "sage-lasso-8x"
+    # A kept variant outside the tolerance is ignored.
+    assert select_variant(near, keep="sage-lasso-8x", num_nodes=1, tolerance=1).variant_id == (
+        "sage-full-1x"
+    )
