@@ -255,8 +255,9 @@ def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> Pa
         f"on {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         f"- Machine: {machine_description(device)}. Load average (1/5/15 min) "
-        f"{load_before} before and {load_after} after: the cores were shared with other work, "
-        "so absolute times are upper bounds.",
+        f"{load_before} before and {load_after} after (the benchmark itself accounts for about "
+        "one per torch thread; more is other work on the same cores, and absolute times are "
+        "then upper bounds).",
         f"- Dataset: {store.name}, {store.num_nodes:,} nodes, {store.num_edges:,} edges, "
         f"{store.num_features} features, {store.num_classes} classes"
         f"{', multi-label' if store.multi_label else ''}; splits train/val/test "
