@@ -296,7 +296,7 @@ def load_snapshot() -> dict[str, Any]:
     """Load average and the busiest processes right now."""
     top = _sh(["top", "-bn1", "-o", "%CPU"]).splitlines()
     procs = [line for line in top[7:12] if line.strip()]
-    return {"uptime": _sh(["uptime"]), "top": procs}
+    return {"uptime": _sh(["uptime"]), "load": os.getloadavg(), "top": procs}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -987,8 +987,8 @@ REMEDIES = {
     "`await request.body()` and parses with `json.loads` + one `torch.tensor` would skip a "
     "validation pass. Beyond one process: more uvicorn workers (`--workers`) on more cores, "
     "each with its own variants.",
-    "policy": "`select_variant` scores every routable variant and `load_snapshot` recomputes each "
-    "variant's wait from its batcher on every request; cache the snapshot per event-loop tick "
+    "policy": "`select_variant` scores every routable variant and the router's backlog walks "
+    "every variant's batcher on every request; cache the backlog per event-loop tick "
     "(or per millisecond) and precompute the within-tolerance candidate lists per tolerance.",
     "queue (batcher)": "one asyncio future, one queue put/get and a thread hand-off "
     "(`run_in_executor`) per request and batch; a lower cost needs fewer hops, e.g. collecting "
@@ -1404,17 +1404,9 @@ def run_layers(args: argparse.Namespace, cfg: Config, out: Path) -> None:
 # main
 
 
-def _busy_note(before: dict[str, Any], after: dict[str, Any]) -> str:
-    def load1(snap: dict[str, Any]) -> float:
-        text = snap.get("uptime", "")
-        try:
-            return float(text.split("load average:")[1].split(",")[0])
-        except (IndexError, ValueError):
-            return math.nan
-
-    b = load1(before)
-    if math.isnan(b):
-        return ""
+def _busy_note(before: dict[str, Any]) -> str:
+    """Whether the machine was otherwise idle when the run started, from ``before``'s snapshot."""
+    b = before["load"][0]
     cpu = []
     for line in before.get("top", [])[:3]:
         fields = line.split(None, 11)
@@ -1596,7 +1588,7 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
     results["batching"] = {"on": on, "off": off}
 
     results["load_after"] = load_snapshot()
-    results["busy_note"] = _busy_note(results["load_before"], results["load_after"])
+    results["busy_note"] = _busy_note(results["load_before"])
     results["wall_s"] = time.monotonic() - t_start
     return results
 
@@ -1678,14 +1670,14 @@ def say_order(results: dict[str, Any], reference: Path | None) -> None:
         say(f"order, {size} node(s): {' > '.join(' = '.join(t) for t in tiers)}")
     if reference is None or not reference.exists():
         return
-    missing = compare_order(json.loads(reference.read_text()), results)
+    expected = json.loads(reference.read_text())
+    missing = compare_order(expected, results)
     if missing:
         say(f"ordering of {_shown(reference)}: NOT reproduced")
         for line in missing:
             say(f"  {line}")
     else:
-        n = len(json.loads(reference.read_text())["pairs"])
-        say(f"ordering of {_shown(reference)}: reproduced ({n} clear pairs)")
+        say(f"ordering of {_shown(reference)}: reproduced ({len(expected['pairs'])} clear pairs)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1758,7 +1750,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = workdir / ("router-quick.json" if args.quick else "router.json")
         if args.replot:
             results = json.loads(raw.read_text())
-            results["busy_note"] = _busy_note(results["load_before"], results["load_after"])
+            results["busy_note"] = _busy_note(results["load_before"])
             if args.findings:
                 results["findings"] = Path(args.findings).read_text()
                 raw.write_text(json.dumps(results, indent=1, default=str))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -314,13 +315,10 @@ class Batcher(Generic[T, R]):
             if first is None:
                 stopping = True
                 continue
-            if self._gate is None:
+            # Entries keep queueing while the gate is held elsewhere; the batch is closed after.
+            async with self._gate or contextlib.nullcontext():
                 batch, stop_seen = await self._fill(first)
                 await self._execute(loop, batch)
-            else:
-                async with self._gate:  # the batch keeps filling while the device is busy
-                    batch, stop_seen = await self._fill(first)
-                    await self._execute(loop, batch)
             stopping = stopping or stop_seen
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:

@@ -163,6 +163,7 @@ def select_variant(
     max_batch_nodes: int | None = None,
     full: Collection[str] = (),
     keep: str | None = None,
+    speed: float = 1.0,
 ) -> Selection:
     """Picks the variant for one request.
 
@@ -186,6 +187,8 @@ def select_variant(
             the caller passes it so that it stays chosen while its predicted time is within
             ``tie_margin`` of the fastest (hysteresis: a stream is not split over two variants
             whose times cross back and forth). (default: ``None``)
+        speed (float, optional): the device's measured observed / profiled time factor; every
+            profiled service time is multiplied by it. (default: ``1.0``)
 
     Returns:
         Selection: the chosen variant and its prediction.
@@ -210,7 +213,8 @@ def select_variant(
     for c in within:
         wait = max(0.0, waits.get(c.variant_id, 0.0))
         batch = max(0, queued.get(c.variant_id, 0)) + num_nodes
-        scored.append((wait + c.service.predict_batched(batch, max_batch_nodes), wait, c))
+        serve = speed * c.service.predict_batched(batch, max_batch_nodes)
+        scored.append((wait + serve, wait, c))
 
     if slo_ms is not None:
         for predicted, wait, c in scored:  # most accurate first

@@ -39,7 +39,7 @@ from gnnaas.errors import ConfigError
 from gnnaas.serving.batcher import Batcher, BatchStats
 from gnnaas.serving.executor import ExecRequest, ExecResult, Executor
 from gnnaas.serving.metrics import QueueDepth, ServingMetrics
-from gnnaas.serving.policy import Candidate, Selection, select_variant
+from gnnaas.serving.policy import Selection, select_variant
 from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.settings import Settings
 
@@ -147,13 +147,13 @@ class Lane:
         settings: Settings,
         metrics: ServingMetrics,
         *,
-        speed: Speed | None = None,
+        speed: Speed,
         gate: asyncio.Semaphore | None = None,
     ) -> None:
         self.dataset = dataset
         self.variant = variant
         self.handler = handler
-        self.speed = speed or Speed(settings.load_ewma_alpha)
+        self.speed = speed
         self._metrics = metrics
         self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
             handler,
@@ -334,12 +334,7 @@ class Router:
                 )
             return variant, None
         ahead, waiting = self._backlog(dataset)
-        factor = self.speed.factor
         candidates = dataset.candidates
-        if factor != 1.0:
-            candidates = tuple(
-                Candidate(c.variant_id, c.accuracy, c.service.scaled(factor)) for c in candidates
-            )
         selection = select_variant(
             candidates,
             num_nodes=num_nodes,
@@ -357,6 +352,7 @@ class Router:
             # Busy: stay on the variant the stream is on while it is a near-tie. Idle: the most
             # accurate near-tie again.
             keep=self._last.get(dataset.name) if ahead > 0 or waiting > 0 else None,
+            speed=self.speed.factor,
         )
         self._last[dataset.name] = selection.variant_id
         return dataset.variants[selection.variant_id], selection
