@@ -29,6 +29,7 @@ lint: $(STAMP)
 
 # Generates and profiles default variants when none exist, then serves them.
 serve: $(STAMP)
+	@$(BIN)/gnnaas serve --check-port --host $(HOST) --port $(PORT)
 	@$(BIN)/gnnaas --threads 1 prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
 	@echo "When the log says 'Application startup complete', try:"
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"

@@ -2,14 +2,26 @@
 
 Every command prints one line ``ErrorName: message`` and exits 1 on a user error; ``--debug``
 shows the traceback instead. Heavy modules are imported inside the commands so ``gnnaas --help``
-stays fast.
+stays fast and a command's first progress line appears before torch is loaded.
+
+Options that have an environment fallback default to ``None`` here and are resolved when the command
+runs: ``--data-root`` ← ``GNNAAS_DATA``, ``--variants``/``--out`` of ``generate`` ←
+``GNNAAS_VARIANTS_DIR``, ``--profiles``/``--out`` of ``profile`` ← ``GNNAAS_PROFILES_DIR``,
+``--device`` ← ``GNNAAS_DEVICE``; ``serve`` passes only the options given to its settings, so every
+other ``GNNAAS_*`` server setting applies.
+
+Long commands (train, generate, profile, prepare) print one line per phase on stderr and show a
+progress bar per phase, also when stderr is not a terminal (then refreshed every few seconds, so
+logs stay short); ``-q``/``--quiet`` silences both.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,9 +37,53 @@ _DEFAULT_RANKINGS = ("random", "greedy", "lasso")
 _DEFAULT_ARCHS = ("sage", "gin")
 _DEFAULT_PRUNE = (1, 2, 4, 8)
 
+# When stderr is a file or a pipe, tqdm redraws at most this often (seconds; tqdm reads
+# TQDM_MININTERVAL when it is first imported).
+_LOG_REFRESH_S = "5"
 
-def _progress() -> bool:
-    return sys.stderr.isatty()
+
+def _quiet(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "quiet", False))
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Whether library functions draw progress bars."""
+    return not _quiet(args)
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    """One progress line on stderr (a phase starts), unless ``--quiet``."""
+    if not _quiet(args):
+        print(f"{args.command}: {message}", file=sys.stderr, flush=True)
+
+
+def _start(args: argparse.Namespace, message: str | None = None) -> None:
+    """Says ``message`` first, then applies ``--threads`` (importing torch takes seconds)."""
+    if message is not None:
+        _say(args, message)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def _env_default(value: str | None, env: str, default: str) -> str:
+    """``value`` when given on the command line, else ``$env``, else ``default``."""
+    if value is not None:
+        return value
+    return os.environ.get(env) or default
+
+
+def _device(args: argparse.Namespace) -> str:
+    return _env_default(args.device, "GNNAAS_DEVICE", "auto")
+
+
+def _variants_dir(value: str | None) -> str:
+    return _env_default(value, "GNNAAS_VARIANTS_DIR", "variants")
+
+
+def _profiles_dir(value: str | None) -> str:
+    return _env_default(value, "GNNAAS_PROFILES_DIR", "profiles")
 
 
 def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
@@ -44,6 +100,7 @@ def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
+    _start(args)
     from gnnaas.data import list_datasets
 
     rows = [
@@ -55,6 +112,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
+    """The dataset's graph store; ``load_dataset`` falls back to ``$GNNAAS_DATA``."""
     from gnnaas.data import load_dataset
 
     return load_dataset(args.dataset, args.data_root, seed=args.seed)
@@ -67,12 +125,16 @@ def _train_config(args: argparse.Namespace) -> Any:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    _start(args, f"loading dataset {args.dataset}")
     from gnnaas.utils import resolve_device
     from gnnaas.variants.training import train_model
 
-    device = resolve_device(args.device)
+    device = resolve_device(_device(args))
     store = _load(args)
-    result = train_model(store, args.arch, _train_config(args), device=device, progress=_progress())
+    _say(args, f"training {args.arch} on {store.name} ({device})")
+    result = train_model(
+        store, args.arch, _train_config(args), device=device, progress=_progress(args)
+    )
     print(f"dataset: {store.name}")
     print(f"arch: {args.arch}")
     print(f"device: {device}")
@@ -84,22 +146,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    _start(args, f"loading dataset {args.dataset}")
     from gnnaas.utils import resolve_device
     from gnnaas.variants.pipeline import generate_variants
     from gnnaas.variants.repository import VariantRepository
 
-    device = resolve_device(args.device)
+    device = resolve_device(_device(args))
     store = _load(args)
+    out = _variants_dir(args.out)
+    _say(args, f"generating variants of {store.name} on {device} into {out}")
     rows = generate_variants(
         store,
-        VariantRepository(args.out),
+        VariantRepository(out),
         archs=args.arch,
         rankings=args.ranking,
         prunes=args.prune,
         config=_train_config(args),
         device=device,
         force=args.force,
-        progress=_progress(),
+        progress=_progress(args),
     )
     _print_table(
         [
@@ -118,20 +183,23 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    _start(args, f"loading dataset {args.dataset}")
     from gnnaas.profiling.profiler import profile_dataset
     from gnnaas.utils import resolve_device
     from gnnaas.variants.repository import VariantRepository
 
-    device = resolve_device(args.device)
+    device = resolve_device(_device(args))
     store = _load(args)
+    out = _profiles_dir(args.out)
+    _say(args, f"profiling the variants of {store.name} on {device} into {out}")
     result = profile_dataset(
         store,
-        VariantRepository(args.variants),
-        Path(args.out),
+        VariantRepository(_variants_dir(args.variants)),
+        Path(out),
         batch_size=args.batch_size,
         runs=args.runs,
         device=device,
-        progress=_progress(),
+        progress=_progress(args),
     )
     for variant_id, reason in result.skipped:
         print(f"skipped {variant_id}: {reason}")
@@ -140,24 +208,28 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    _start(args)
     from gnnaas.profiling.report import write_report
 
-    path = write_report(Path(args.profiles) / args.dataset)
+    path = write_report(Path(_profiles_dir(args.profiles)) / args.dataset)
     print(f"report -> {path}")
     return 0
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     """Generates and profiles default variants for a dataset unless they already exist."""
+    _start(args, f"loading dataset {args.dataset}")
     from gnnaas.profiling.profiler import profile_dataset
     from gnnaas.profiling.table import has_profiles
     from gnnaas.utils import resolve_device
     from gnnaas.variants.pipeline import generate_variants
     from gnnaas.variants.repository import VariantRepository
 
-    device = resolve_device(args.device)
-    repo = VariantRepository(args.variants)
+    device = resolve_device(_device(args))
     store = _load(args)
+    repo = VariantRepository(_variants_dir(args.variants))
+    profiles = Path(_profiles_dir(args.profiles))
+    _say(args, f"generating variants of {store.name} on {device} (existing ones are kept)")
     generate_variants(
         store,
         repo,
@@ -167,50 +239,97 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         config=_train_config(args),
         device=device,
         force=False,
-        progress=_progress(),
+        progress=_progress(args),
     )
-    if not has_profiles(Path(args.profiles) / store.name, repo.list(store.name)):
+    if has_profiles(profiles / store.name, repo.list(store.name)):
+        _say(args, f"profiles of {store.name} are up to date in {profiles}")
+    else:
+        _say(args, f"profiling the variants of {store.name} on {device}")
         profile_dataset(
             store,
             repo,
-            Path(args.profiles),
+            profiles,
             batch_size=1024,
             runs=args.runs,
             device=device,
-            progress=_progress(),
+            progress=_progress(args),
         )
     print(f"ready: {len(repo.list(store.name))} variants of {store.name}")
     return 0
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-    from pydantic import ValidationError
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (not yet listening), or a one-line error if taken.
 
+    Binding first makes a busy port fail in a moment instead of after loading every model, and
+    holds the port while they load; uvicorn starts listening on this very socket.
+    """
     from gnnaas.errors import ConfigError
-    from gnnaas.serving.app import create_app
-    from gnnaas.serving.settings import Settings
 
-    overrides: dict[str, Any] = {
-        "variants_dir": args.variants,
-        "profiles_dir": args.profiles,
-        "device": args.device,
-    }
-    if args.data_root is not None:
-        overrides["data_root"] = args.data_root
-    if args.dataset:
-        overrides["datasets"] = args.dataset
     try:
-        settings = Settings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "settings"
-        raise ConfigError(
-            f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
-        ) from None
-    app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
-    return 0
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"serve: --host {host!r} cannot be resolved ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"serve: port {port} is in use on {host}; pick another with --port "
+                f"(or PORT=... with make serve)"
+            ) from None
+        raise ConfigError(f"serve: cannot bind {host}:{port} ({exc.strerror})") from None
+    return sock
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    sock = _bind(args.host, args.port)
+    if args.check_port:
+        sock.close()
+        return 0
+    try:
+        _start(args)
+        import uvicorn
+        from pydantic import ValidationError
+
+        from gnnaas.errors import ConfigError
+        from gnnaas.serving.app import create_app
+        from gnnaas.serving.settings import Settings
+
+        given = {
+            "variants_dir": args.variants,
+            "profiles_dir": args.profiles,
+            "device": args.device,
+            "data_root": args.data_root,
+            "datasets": args.dataset or None,
+        }
+        # Options left out stay out, so GNNAAS_* variables and the settings' defaults apply.
+        overrides = {key: value for key, value in given.items() if value is not None}
+        try:
+            settings = Settings(**overrides)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "settings"
+            raise ConfigError(
+                f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
+            ) from None
+        _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
+        app = create_app(settings)
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="info", access_log=False
+        )
+        server = uvicorn.Server(config)
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it drained on: a clean stop
+            pass
+    finally:
+        sock.close()
+    return 0 if server.started else 3  # uvicorn's exit code for a failed start-up
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,28 +346,63 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_quiet(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: `gnnaas -q CMD` and `gnnaas CMD -q` both work, neither resets the other.
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress lines or bars on stderr (results and errors are still printed)",
+    )
+
+
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, help="dataset name (see `gnnaas datasets`)")
     p.add_argument(
         "--data-root",
-        default=os.environ.get("GNNAAS_DATA"),
+        default=None,
         help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed for splits, sampling, init (default: 0)"
     )
     p.add_argument(
-        "--device", default="auto", help="auto (CUDA when present), cpu or cuda (default: auto)"
+        "--device",
+        default=None,
+        help="auto (CUDA when present), cpu or cuda[:n] (default: $GNNAAS_DEVICE or auto)",
     )
+    _add_quiet(p)
+
+
+def _add_epochs(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--epochs",
+        type=_positive_int,
+        default=200,
+        help="most training epochs per model; early stopping usually ends sooner (default: 200)",
+    )
+
+
+_VARIANTS_HELP = "variant repository (default: $GNNAAS_VARIANTS_DIR or variants)"
+_PROFILES_HELP = "profiles folder (default: $GNNAAS_PROFILES_DIR or profiles)"
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gnnaas",
         description="Model-less GNN inference: generate, profile, serve feature-pruned variants.",
+        epilog="Run `gnnaas COMMAND --help` for a command's options. A first run: "
+        "`gnnaas prepare --dataset synth-small` then `gnnaas serve`.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress lines or bars on stderr (results and errors are still printed)",
+    )
     parser.add_argument(
         "--threads",
         type=_positive_int,
@@ -257,20 +411,39 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("datasets", help="list the datasets gnnaas knows")
+    p = sub.add_parser(
+        "datasets", help="list the datasets gnnaas knows", description="List known datasets."
+    )
     p.set_defaults(func=_cmd_datasets)
 
-    p = sub.add_parser("train", help="train one full-feature model and print its accuracy")
+    p = sub.add_parser(
+        "train",
+        help="train one full-feature model and print its accuracy",
+        description="Train one full-feature model and print its validation and test accuracy.",
+    )
     _add_data_args(p)
-    p.add_argument("--arch", default="sage", help="sage or gin (default: sage)")
-    p.add_argument("--epochs", type=_positive_int, default=200, help="max epochs (default: 200)")
+    p.add_argument("--arch", default="sage", help="architecture: sage or gin (default: sage)")
+    _add_epochs(p)
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("generate", help="train the 1x model, rank features, train pruned variants")
+    p = sub.add_parser(
+        "generate",
+        help="train the 1x model, rank features, train pruned variants",
+        description="Train the 1x model, rank its input features and train the pruned variants "
+        "into the variant repository; variants already there are kept unless --force.",
+    )
     _add_data_args(p)
-    p.add_argument("--arch", nargs="+", default=list(_DEFAULT_ARCHS), help="sage and/or gin")
     p.add_argument(
-        "--ranking", nargs="+", default=list(_DEFAULT_RANKINGS), help="random greedy lasso"
+        "--arch",
+        nargs="+",
+        default=list(_DEFAULT_ARCHS),
+        help="architectures: sage and/or gin (default: sage gin)",
+    )
+    p.add_argument(
+        "--ranking",
+        nargs="+",
+        default=list(_DEFAULT_RANKINGS),
+        help="feature rankings: random, greedy and/or lasso (default: all three)",
     )
     p.add_argument(
         "--prune",
@@ -279,44 +452,86 @@ def _build_parser() -> argparse.ArgumentParser:
         default=list(_DEFAULT_PRUNE),
         help="prune factors k: keep f/k features (default: 1 2 4 8)",
     )
-    p.add_argument("--out", default="variants", help="variant repository (default: variants)")
-    p.add_argument("--epochs", type=_positive_int, default=200, help="max epochs (default: 200)")
+    p.add_argument("--out", default=None, help=_VARIANTS_HELP)
+    _add_epochs(p)
     p.add_argument("--force", action="store_true", help="retrain variants that already exist")
     p.set_defaults(func=_cmd_generate)
 
-    p = sub.add_parser("profile", help="profile every variant of a dataset")
+    p = sub.add_parser(
+        "profile",
+        help="profile every variant of a dataset",
+        description="Measure accuracy and latency of every variant of a dataset; writes "
+        "profiles.csv and the service curves.",
+    )
     _add_data_args(p)
-    p.add_argument("--variants", default="variants", help="variant repository (default: variants)")
-    p.add_argument("--out", default="profiles", help="profiles folder (default: profiles)")
-    p.add_argument("--batch-size", type=_positive_int, default=1024, help="(default: 1024)")
-    p.add_argument("--runs", type=_positive_int, default=30, help="timed runs (default: 30)")
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument("--out", default=None, help=_PROFILES_HELP)
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=1024,
+        help="target nodes per profiled batch (default: 1024)",
+    )
+    p.add_argument(
+        "--runs", type=_positive_int, default=30, help="timed runs per variant (default: 30)"
+    )
     p.set_defaults(func=_cmd_profile)
 
-    p = sub.add_parser("report", help="write report.md and plots from a dataset's profiles")
-    p.add_argument("--dataset", required=True, help="dataset name")
-    p.add_argument("--profiles", default="profiles", help="profiles folder (default: profiles)")
+    p = sub.add_parser(
+        "report",
+        help="write report.md and plots from a dataset's profiles",
+        description="Write report.md and its plots next to a dataset's profiles.csv.",
+    )
+    p.add_argument("--dataset", required=True, help="dataset name (see `gnnaas datasets`)")
+    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("prepare", help="generate and profile default variants unless present")
+    p = sub.add_parser(
+        "prepare",
+        help="generate and profile default variants unless present",
+        description="Generate the default variants (sage and gin; random, greedy, lasso; 1 2 4 "
+        "8x) and profile them, skipping what is already there. `make serve` runs it.",
+    )
     _add_data_args(p)
-    p.add_argument("--variants", default="variants", help="variant repository (default: variants)")
-    p.add_argument("--profiles", default="profiles", help="profiles folder (default: profiles)")
-    p.add_argument("--epochs", type=_positive_int, default=200, help="max epochs (default: 200)")
-    p.add_argument("--runs", type=_positive_int, default=10, help="timed runs (default: 10)")
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
+    _add_epochs(p)
+    p.add_argument(
+        "--runs", type=_positive_int, default=10, help="timed runs per variant (default: 10)"
+    )
     p.set_defaults(func=_cmd_prepare)
 
-    p = sub.add_parser("serve", help="serve every profiled dataset over HTTP")
-    p.add_argument("--variants", default="variants", help="variant repository (default: variants)")
-    p.add_argument("--profiles", default="profiles", help="profiles folder (default: profiles)")
+    p = sub.add_parser(
+        "serve",
+        help="serve every profiled dataset over HTTP",
+        description="Serve every dataset that has variants and profiles over HTTP. Options "
+        "left out fall back to the GNNAAS_* variables (GNNAAS_VARIANTS_DIR, GNNAAS_DEVICE, ...).",
+    )
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
     p.add_argument(
         "--data-root",
-        default=os.environ.get("GNNAAS_DATA"),
-        help="folder holding real datasets (default: $GNNAAS_DATA)",
+        default=None,
+        help="folder holding real datasets (default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
     )
-    p.add_argument("--dataset", nargs="*", help="serve only these datasets (default: all)")
-    p.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    p.add_argument(
+        "--dataset",
+        nargs="*",
+        help="serve only these datasets (default: $GNNAAS_DATASETS or all with profiles)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on (default: 8000)")
+    p.add_argument(
+        "--check-port",
+        action="store_true",
+        help="only check that --host/--port are free, then exit (make serve does it first)",
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="auto, cpu or cuda[:n] (default: $GNNAAS_DEVICE or auto)",
+    )
+    _add_quiet(p)
     p.set_defaults(func=_cmd_serve)
     return parser
 
@@ -330,10 +545,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    # Bars stay on when stderr is a file or pipe, redrawn every few seconds instead of 10x/s.
+    refresh = not sys.stderr.isatty() and "TQDM_MININTERVAL" not in os.environ
+    if refresh:
+        os.environ["TQDM_MININTERVAL"] = _LOG_REFRESH_S
     try:
         return func(args)
     except KeyboardInterrupt:
@@ -345,6 +560,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         red, reset = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
         print(f"{red}{type(exc).__name__}: {exc}{reset}", file=sys.stderr)
         return 1
+    finally:
+        if refresh:
+            os.environ.pop("TQDM_MININTERVAL", None)
 
 
 if __name__ == "__main__":

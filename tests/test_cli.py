@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from gnnaas.cli import main
+from gnnaas.cli import _build_parser, main
 
 COMMANDS = ["datasets", "train", "generate", "profile", "report", "prepare", "serve"]
 
@@ -32,10 +36,135 @@ def test_datasets_lists_real_and_synthetic(capsys: pytest.CaptureFixture[str]) -
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one error line; progress lines (``COMMAND: ...``) may precede it."""
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert "Traceback" not in err[0]
-    return err[0]
+    errors = [line for line in err if line.split(":")[0] not in COMMANDS]
+    assert len(errors) == 1, err
+    assert err[-1] == errors[0] and "Traceback" not in errors[0]
+    return errors[0]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_every_option_has_help() -> None:
+    parser = _build_parser()
+    commands = _subcommands(parser)
+    assert sorted(commands) == sorted(COMMANDS)
+    for name, command in [("gnnaas", parser), *commands.items()]:
+        assert command.description, f"{name} has no description"
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            words = (action.help or "").split()
+            # "(default: x)" alone does not say what the option is
+            assert len(words) >= 2 and not words[0].startswith("("), (name, action.dest)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_on_a_busy_port_fails_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        # The variants folder does not exist either: the port is checked first.
+        args = ["serve", "--port", str(port), "--variants", str(tmp_path / "none")]
+        assert main(args) == 1
+        line = _one_error_line(capsys)
+        assert main(["serve", "--check-port", "--port", str(port)]) == 1
+        assert _one_error_line(capsys) == line
+    assert line == (
+        f"ConfigError: serve: port {port} is in use on 127.0.0.1; "
+        "pick another with --port (or PORT=... with make serve)"
+    )
+    assert main(["serve", "--check-port", "--port", str(port)]) == 0  # free again
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"GNNAAS_VARIANTS_DIR": "{tmp}/from-env"}, "variants folder '{tmp}/from-env' does not"),
+        ({"GNNAAS_DEVICE": "nonsense"}, "nonsense"),
+    ],
+)
+def test_serve_reads_settings_from_the_environment(
+    env: dict[str, str],
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(tmp=tmp_path))
+    monkeypatch.chdir(tmp_path)  # no ./variants either
+    assert main(["serve", "--port", str(_free_port())]) == 1
+    assert expected.format(tmp=tmp_path) in _one_error_line(capsys)
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``prepare`` with the data, training and profiling replaced by recorders."""
+    import gnnaas.data
+    import gnnaas.profiling.profiler
+    import gnnaas.profiling.table
+    import gnnaas.variants.pipeline
+
+    calls: dict[str, Any] = {}
+    store = SimpleNamespace(name="fake")
+
+    def generate(store: Any, repo: Any, **kwargs: Any) -> list[Any]:
+        calls["variants"], calls["device"] = repo.root, kwargs["device"]
+        calls["progress"] = kwargs["progress"]
+        return []
+
+    def profile(store: Any, repo: Any, out: Path, **kwargs: Any) -> None:
+        calls["profiles"] = out
+
+    monkeypatch.setattr(gnnaas.data, "load_dataset", lambda *a, **k: store, raising=False)
+    monkeypatch.setattr(gnnaas.variants.pipeline, "generate_variants", generate)
+    monkeypatch.setattr(gnnaas.profiling.profiler, "profile_dataset", profile)
+    monkeypatch.setattr(gnnaas.profiling.table, "has_profiles", lambda *a: False)
+    return calls
+
+
+def test_prepare_defaults_come_from_the_environment(
+    recorded: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GNNAAS_VARIANTS_DIR", str(tmp_path / "v"))
+    monkeypatch.setenv("GNNAAS_PROFILES_DIR", str(tmp_path / "p"))
+    monkeypatch.setenv("GNNAAS_DEVICE", "cpu")
+    assert main(["prepare", "--dataset", "fake"]) == 0
+    assert recorded["variants"] == tmp_path / "v" and recorded["profiles"] == tmp_path / "p"
+    assert str(recorded["device"]) == "cpu" and recorded["progress"] is True
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "prepare: loading dataset fake"
+    assert [line.split(" ")[1] for line in err] == ["loading", "generating", "profiling"]
+
+    # An option given on the command line wins over the environment.
+    assert main(["prepare", "--dataset", "fake", "--variants", str(tmp_path / "cli")]) == 0
+    assert recorded["variants"] == tmp_path / "cli"
+
+
+@pytest.mark.parametrize("argv", [["-q", "prepare"], ["prepare", "-q"]])
+def test_quiet_prints_no_progress(
+    argv: list[str], recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--dataset", "fake", "--device", "cpu"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and recorded["progress"] is False
+    assert out.out.startswith("ready:")
 
 
 def test_unknown_dataset_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

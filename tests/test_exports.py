@@ -13,6 +13,7 @@ PACKAGES = [
     "gnnaas.data",
     "gnnaas.sampling",
     "gnnaas.models",
+    "gnnaas.inference",
     "gnnaas.variants",
     "gnnaas.profiling",
     "gnnaas.serving",

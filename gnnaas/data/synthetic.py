@@ -3,15 +3,19 @@
 Nodes fall into blocks (the classes). Each undirected edge picks one endpoint with probability
 proportional to a power-law node weight (Chung–Lu) and the other, with probability ``homophily``,
 inside the first one's block, else in another block, again proportional to weight. Node features
-are Gaussian noise; a seeded random subset of columns (``GraphStore.informative``) also carries the
-block's mean vector, so feature rankings can be checked against ground truth. Multi-label graphs
-(yelp) draw a few labels per node from its block's favourite labels plus rare background labels.
+are Gaussian noise plus the block's mean vector, whose strength differs per column
+(:func:`column_signal`): a seeded random subset of strong columns (``GraphStore.informative``, the
+ground truth that feature rankings must recover), optionally a tier of weak columns whose signal
+falls off, and pure noise on the rest. With a weak tier, more columns carry signal than an 8×
+pruned model keeps, so pruning costs accuracy (graded: most at 8×) while a random ranking, which
+misses most strong columns, costs much more. Multi-label graphs (yelp) draw a few labels per node
+from its block's favourite labels plus rare background labels.
 On dense graphs (reddit, products) averaging dozens of homophilous neighbors recovers the block
 almost surely, so a share of their labels is redrawn at random (``label_noise``) to keep the task
 short of 100% accuracy.
 
 Signals were tuned so that a 2-layer GNN lands well above chance but below 100% (flickr, reddit:
-roughly 75–85%), and well above an MLP on the same features (neighbor aggregation helps).
+roughly 75–90%), and well above an MLP on the same features (neighbor aggregation helps).
 
 Everything is vectorized and O(N + E) in time and memory; the same seed gives the same tensors.
 
@@ -40,6 +44,7 @@ __all__ = [
     "GENERATOR_VERSION",
     "PRESETS",
     "SyntheticConfig",
+    "column_signal",
     "load_synthetic",
     "make_synthetic",
     "parse_synthetic_name",
@@ -48,7 +53,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: bump when the generator's output for a given (config, seed) changes; part of the cache key
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 #: graphs with more than this many feature entries plus edges are cached on disk once built
 _CACHE_MIN_SIZE = 50_000_000
@@ -87,6 +92,12 @@ class SyntheticConfig:
             uniformly, which caps the reachable accuracy near ``1 - label_noise``; high-degree
             graphs need it, as averaging many homophilous neighbors recovers the block almost
             surely. (default: ``0.0``)
+        num_weak (int, optional): weakly informative columns besides the informative ones; the
+            ``i``-th carries block means of standard deviation falling linearly from
+            ``weak_signal`` to ``weak_signal / 2``, so the class signal is spread over more columns
+            than a pruned model keeps and pruning costs accuracy, most at 8×. (default: ``0``)
+        weak_signal (float, optional): standard deviation of the block means on the strongest
+            weak column; must stay below ``signal``. (default: ``0.0``)
     """
 
     num_nodes: int
@@ -104,6 +115,8 @@ class SyntheticConfig:
     class_skew: float = 0.5
     labels_per_block: int = 3
     label_noise: float = 0.0
+    num_weak: int = 0
+    weak_signal: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -117,6 +130,8 @@ class SyntheticConfig:
             ("signal", self.signal >= 0.0),
             ("noise", self.noise >= 0.0),
             ("label_noise", 0.0 <= self.label_noise <= 1.0),
+            ("num_weak", self.num_weak >= 0),
+            ("weak_signal", 0.0 <= self.weak_signal < max(self.signal, 1e-12)),
         ]
         for arg, ok in checks:
             if not ok:
@@ -125,6 +140,11 @@ class SyntheticConfig:
         if not 1 <= m <= self.num_features:
             raise ValueError(
                 f"SyntheticConfig: num_informative must lie in [1, {self.num_features}] (got {m})"
+            )
+        if m + self.num_weak > self.num_features:
+            raise ValueError(
+                f"SyntheticConfig: num_informative + num_weak must not exceed num_features "
+                f"{self.num_features} (got {m} + {self.num_weak})"
             )
 
     @property
@@ -153,9 +173,18 @@ class SyntheticConfig:
 
 #: nodes / edges / features / classes of the reference study's graphs, plus a small one
 PRESETS: dict[str, SyntheticConfig] = {
-    "small": SyntheticConfig(3_000, 30_000, 64, 5, signal=0.35),
-    "flickr": SyntheticConfig(89_250, 899_756, 500, 7, signal=0.16),
-    "arxiv": SyntheticConfig(169_343, 1_166_243, 128, 40, signal=0.5),
+    # small, flickr, arxiv: a few strong columns plus a weak tier over every other column, so that
+    # the 1× model is the most accurate and 8× greedy/lasso lose a few points (calibrated in
+    # benchmarks/results/synthetic-calibration.md)
+    "small": SyntheticConfig(
+        3_000, 30_000, 64, 5, signal=0.35, num_informative=4, num_weak=60, weak_signal=0.15
+    ),
+    "flickr": SyntheticConfig(
+        89_250, 899_756, 500, 7, signal=0.16, num_informative=24, num_weak=476, weak_signal=0.04
+    ),
+    "arxiv": SyntheticConfig(
+        169_343, 1_166_243, 128, 40, signal=0.45, num_informative=10, num_weak=118, weak_signal=0.16
+    ),
     "reddit": SyntheticConfig(232_965, 11_606_919, 602, 41, signal=0.05, label_noise=0.12),
     "yelp": SyntheticConfig(716_847, 6_977_410, 300, 100, multi_label=True, signal=0.3),
     "products": SyntheticConfig(2_449_029, 61_859_140, 100, 47, signal=0.3, label_noise=0.15),
@@ -290,15 +319,56 @@ def _edges(cfg: SyntheticConfig, block: Tensor, gen: torch.Generator) -> tuple[T
     return rowptr, col
 
 
-def _features(cfg: SyntheticConfig, block: Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Noise everywhere plus the block means on a seeded random subset of columns."""
-    m = cfg.informative_count
-    informative = torch.randperm(cfg.num_features, generator=gen)[:m].sort().values
-    means = torch.randn(cfg.block_count, m, generator=gen).mul_(cfg.signal)
+def column_signal(cfg: SyntheticConfig, seed: int = 0) -> Tensor:
+    """Per feature column, the standard deviation of its block means (0 on pure-noise columns).
+
+    The informative columns carry ``signal``, the weak ones from ``weak_signal`` down to half of
+    it; which column is which is a seeded permutation, drawn from its own generator
+    so that this costs nothing next to building the graph.
+
+    Args:
+        cfg (SyntheticConfig): the graph's parameters.
+        seed (int, optional): the graph's seed. (default: ``0``)
+
+    Returns:
+        Tensor: ``[F]`` float32.
+
+    Example:
+        >>> strength = column_signal(PRESETS["small"])
+        >>> int((strength == PRESETS["small"].signal).sum()) == PRESETS["small"].informative_count
+        True
+    """
+    m, w = cfg.informative_count, cfg.num_weak
+    perm = _column_order(cfg, seed)
+    strength = torch.zeros(cfg.num_features)
+    strength[perm[:m]] = cfg.signal
+    strength[perm[m : m + w]] = cfg.weak_signal * (1.0 - 0.5 * torch.arange(w) / max(w - 1, 1))
+    return strength
+
+
+def _column_order(cfg: SyntheticConfig, seed: int) -> Tensor:
+    """Columns from strongest to weakest: informative, then weak, then noise."""
+    gen = torch.Generator().manual_seed(seed + 0x5EED)
+    return torch.randperm(cfg.num_features, generator=gen)
+
+
+def _features(
+    cfg: SyntheticConfig, block: Tensor, gen: torch.Generator, seed: int
+) -> tuple[Tensor, Tensor]:
+    """Noise everywhere plus the block means, scaled per column by :func:`column_signal`."""
+    strength = column_signal(cfg, seed)
+    informative = _column_order(cfg, seed)[: cfg.informative_count].sort().values
+    used = (strength > 0).nonzero().flatten()
+    # block means with exactly the column's standard deviation (weighted by block size), so
+    # the ground-truth order of the columns is the order of their strengths, not a draw's luck
+    means = torch.randn(cfg.block_count, used.numel(), generator=gen)
+    p = _block_sizes_probs(cfg).float().unsqueeze(1)  # [B, 1]
+    means -= (p * means).sum(0)
+    means *= strength[used] / (p * means.square()).sum(0).sqrt().clamp(min=1e-12)
     x = torch.randn(cfg.num_nodes, cfg.num_features, generator=gen)
     if cfg.noise != 1.0:
         x.mul_(cfg.noise)
-    x[:, informative] += means[block.long()]  # [N, m]
+    x[:, used] += means[block.long()]  # [N, m + w]
     return x, informative
 
 
@@ -338,7 +408,7 @@ def make_synthetic(cfg: SyntheticConfig, name: str = "synthetic", *, seed: int =
     p = _block_sizes_probs(cfg)
     block = torch.multinomial(p, cfg.num_nodes, replacement=True, generator=gen)
     rowptr, col = _edges(cfg, block, gen)
-    x, informative = _features(cfg, block, gen)
+    x, informative = _features(cfg, block, gen, seed)
     y = _labels(cfg, block, gen)
     train, val, test = stratified_split(block, seed=seed)
     return GraphStore(

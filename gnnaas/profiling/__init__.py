@@ -4,21 +4,44 @@
 - :mod:`~gnnaas.profiling.perfmodel`: the analytical model of ARCHITECTURE.md §5, :func:`calibrate`.
 - :mod:`~gnnaas.profiling.table`: ``profiles.csv`` / ``service_times.csv`` readers and writers
   (no matplotlib, no training code: the server imports it).
-- :mod:`~gnnaas.profiling.report`: :func:`write_report` (``report.md`` + six plots; matplotlib is
+- :mod:`~gnnaas.profiling.report`: :func:`write_report` (``report.md`` + plots; matplotlib is
   imported only when a report is written).
+
+Names resolve lazily (PEP 562): importing ``gnnaas.profiling.table`` does not load the profiler.
 """
 
-from gnnaas.profiling.perfmodel import Calibration, PerfEstimate, calibrate, estimate
-from gnnaas.profiling.profiler import ProfileResult, profile_dataset
-from gnnaas.profiling.report import write_report
-from gnnaas.profiling.table import (
-    has_profiles,
-    read_profiles,
-    read_service_times,
-    write_profiles,
-    write_service_times,
-)
-from gnnaas.profiling.timers import LatencyStats, StageClock, peak_memory_bytes, summarize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnaas.profiling.perfmodel import Calibration, PerfEstimate, calibrate, estimate
+    from gnnaas.profiling.profiler import ProfileResult, profile_dataset
+    from gnnaas.profiling.report import write_report
+    from gnnaas.profiling.table import (
+        has_profiles,
+        read_profiles,
+        read_service_times,
+        write_profiles,
+        write_service_times,
+    )
+    from gnnaas.profiling.timers import LatencyStats, StageClock, peak_memory_bytes, summarize
+
+_SOURCES = {
+    "perfmodel": ("Calibration", "PerfEstimate", "calibrate", "estimate"),
+    "profiler": ("ProfileResult", "profile_dataset"),
+    "report": ("write_report",),
+    "table": (
+        "has_profiles",
+        "read_profiles",
+        "read_service_times",
+        "write_profiles",
+        "write_service_times",
+    ),
+    "timers": ("LatencyStats", "StageClock", "peak_memory_bytes", "summarize"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "Calibration",
@@ -38,3 +61,16 @@ __all__ = [
     "write_report",
     "write_service_times",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

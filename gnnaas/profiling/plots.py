@@ -1,4 +1,4 @@
-"""The six plots of the profile report (matplotlib, Agg canvas, no pyplot state).
+"""The seven plots of the profile report (matplotlib, Agg canvas, no pyplot state).
 
 Each function draws one figure with one message and writes it atomically as a PNG. matplotlib is
 imported inside the functions, so importing this module (or the server) does not need it.
@@ -8,18 +8,27 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from gnnaas.profiling.uncertainty import admissible
 from gnnaas.utils import atomic_write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["latency_breakdown", "pareto", "perfmodel", "rankings", "tolerance", "val_vs_test"]
+__all__ = [
+    "accuracy_intervals",
+    "latency_breakdown",
+    "pareto",
+    "perfmodel",
+    "rankings",
+    "tolerance",
+    "val_vs_test",
+]
 
 _DPI = 120
 _ARCH_MARKERS = {"sage": "o", "gin": "s"}
@@ -117,6 +126,165 @@ def latency_breakdown(val: pd.DataFrame, path: Path, *, dataset: str) -> Path:
     return _save(fig, path)
 
 
+_ADMIT_COLORS = ("#1b9e77", "#66a61e", "#e6ab02", "#d95f02")  # admitted from N = 0, 1, 2, 5
+_NEVER_COLOR = "#999999"
+
+
+def _first_admitting(row: Any, tolerances: Sequence[float]) -> int | None:
+    """Index of the smallest tolerance that admits ``row`` (None: none does)."""
+    for i, tol in enumerate(tolerances):
+        if admissible(row.diff_best, row.diff_best_lo, row.diff_best_hi, float(tol)):
+            return i
+    return None
+
+
+def accuracy_intervals(
+    val: pd.DataFrame,
+    test: pd.DataFrame,
+    path: Path,
+    *,
+    dataset: str,
+    tolerances: Sequence[float] = (0.0, 1.0, 2.0, 5.0),
+) -> Path:
+    """Accuracy with its 95% interval, and the paired difference to the best, per variant.
+
+    Left: validation and test accuracy with their intervals. Right: a forest plot of the paired
+    difference to the most accurate variant, coloured by the smallest tolerance that admits the
+    variant (:func:`gnnaas.profiling.uncertainty.admissible`).
+
+    Args:
+        val (pandas.DataFrame): validation rows (with the interval columns).
+        test (pandas.DataFrame): test rows.
+        path (Path): the PNG to write.
+        dataset (str): for the title.
+        tolerances (Sequence[float], optional): tolerances marked on the forest plot.
+            (default: ``(0, 1, 2, 5)``)
+
+    Returns:
+        Path: ``path``.
+    """
+    from matplotlib.lines import Line2D
+
+    order = val.sort_values(["accuracy", "latency_ms"], ascending=[False, True])
+    n = len(order)
+    fig, axes = _figure(11.0, max(3.6, 0.3 * n + 1.9), 1, 2, sharey=True, width_ratios=[1, 1.3])
+    left, right = axes[0]
+    ys = list(range(n))
+    test_by = test.set_index("variant").reindex(order["variant"])
+
+    def err(frame: pd.DataFrame) -> Any:
+        lo = (frame["accuracy"] - frame["accuracy_lo"]).clip(lower=0).fillna(0)
+        hi = (frame["accuracy_hi"] - frame["accuracy"]).clip(lower=0).fillna(0)
+        return [lo.to_numpy(), hi.to_numpy()]
+
+    left.errorbar(
+        order["accuracy"],
+        ys,
+        xerr=err(order),
+        fmt="o",
+        ms=4,
+        color="#4c72b0",
+        capsize=2,
+        lw=1,
+        label="validation",
+    )
+    left.errorbar(
+        test_by["accuracy"],
+        [y + 0.3 for y in ys],
+        xerr=err(test_by),
+        fmt="s",
+        ms=3,
+        color="#dd8452",
+        capsize=2,
+        lw=1,
+        label="test",
+    )
+    left.set_xlabel("accuracy (%) with 95% interval")
+    left.set_yticks(ys, list(order["variant"]), fontsize=8)
+    left.invert_yaxis()
+    left.grid(axis="x", alpha=0.3)
+    # rows run from most to least accurate: the lower right corner stays empty
+    left.legend(fontsize=8, loc="lower right")
+    left.set_title("accuracy per variant")
+
+    has_pairs = "diff_best_lo" in order.columns and order["diff_best_lo"].notna().any()
+    if has_pairs:
+        for y, r in zip(ys, order.itertuples(), strict=True):
+            first = _first_admitting(r, tolerances)
+            color = _NEVER_COLOR if first is None else _ADMIT_COLORS[first % len(_ADMIT_COLORS)]
+            right.errorbar(
+                [r.diff_best],
+                [y],
+                xerr=[
+                    [max(r.diff_best - r.diff_best_lo, 0)],
+                    [max(r.diff_best_hi - r.diff_best, 0)],
+                ],
+                fmt="o",
+                ms=5,
+                color=color,
+                capsize=3,
+                lw=1.5,
+            )
+        for tol in tolerances:
+            right.axvline(
+                -tol, color="black" if tol == 0 else "gray", lw=0.8, ls="-" if tol == 0 else ":"
+            )
+            right.annotate(
+                f"N={tol:g}",
+                (-tol, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                color="dimgray",
+            )
+        handles = [
+            Line2D(
+                [],
+                [],
+                marker="o",
+                ls="",
+                color=_ADMIT_COLORS[i % len(_ADMIT_COLORS)],
+                label=f"admitted from N = {t:g}",
+            )
+            for i, t in enumerate(tolerances)
+        ]
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                ls="",
+                color=_NEVER_COLOR,
+                label=f"not admitted at N <= {tolerances[-1]:g}",
+            )
+        )
+        right.legend(handles=handles, fontsize=8, loc="lower right")
+        best = order["best_variant"].dropna()
+        right.set_title(
+            f"paired difference to the best ({best.iloc[0] if len(best) else '?'})", pad=12
+        )
+        right.set_xlabel("validation accuracy minus the best's (points), paired 95% interval")
+        lo = float(min(order["diff_best_lo"].min(), -max(tolerances))) - 0.5
+        right.set_xlim(lo, max(float(order["diff_best_hi"].max()), 0.0) + 0.5)
+    else:
+        right.text(
+            0.5,
+            0.5,
+            "no paired intervals in this profile\n(profiled before they existed)",
+            ha="center",
+            va="center",
+            transform=right.transAxes,
+        )
+    right.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        f"{dataset}: accuracy with its uncertainty (validation split; dotted lines: "
+        f"tolerances N = {', '.join(f'{t:g}' for t in tolerances)})"
+    )
+    return _save(fig, path)
+
+
 def tolerance(groups: Mapping[str, pd.DataFrame], path: Path, *, dataset: str) -> Path:
     """Relative latency of the fastest variant within each accuracy tolerance.
 
@@ -139,11 +307,17 @@ def tolerance(groups: Mapping[str, pd.DataFrame], path: Path, *, dataset: str) -
         table = groups[name]
         xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(tolerances))]
         values = 100 * table["relative_latency"]
-        bars = ax.bar(xs, values, width=width, label=name, color=colors[i % len(colors)])
+        point = "rule" in table.columns and (table["rule"] == "point estimate").any()
+        label = f"{name} (point estimates)" if point else name
+        bars = ax.bar(xs, values, width=width, label=label, color=colors[i % len(colors)])
         ax.bar_label(bars, labels=[f"{v:.0f}" for v in values], fontsize=7, padding=1)
     ax.axhline(100, color="gray", lw=0.8, ls="--")
     ax.set_xticks(range(len(tolerances)), [f"{t:g}" for t in tolerances])
-    ax.set_xlabel("accuracy tolerance (points below the most accurate variant)")
+    ax.set_xlabel(
+        "accuracy tolerance N (points below the most accurate variant)\nadmissible: paired loss "
+        "interval overlaps [0, N] and its upper end is ≤ N + 1",
+        fontsize=9,
+    )
     ax.set_ylabel("latency of fastest variant within tolerance\n(% of most accurate variant)")
     ax.set_ylim(0, 118)
     ax.legend(title="variants", fontsize=8, loc="upper right")
@@ -175,6 +349,22 @@ def pareto(val: pd.DataFrame, front: pd.DataFrame, path: Path, *, dataset: str) 
 
     fig, axes = _figure(10.0, 5.2, 1, 2, width_ratios=[3, 1.15])
     ax, side = axes[0]
+    if "accuracy_lo" in val.columns and val["accuracy_lo"].notna().any():
+        yerr = [
+            (val["accuracy"] - val["accuracy_lo"]).clip(lower=0).fillna(0).to_numpy(),
+            (val["accuracy_hi"] - val["accuracy"]).clip(lower=0).fillna(0).to_numpy(),
+        ]
+        ax.errorbar(
+            val["latency_ms"],
+            val["accuracy"],
+            yerr=yerr,
+            fmt="none",
+            ecolor="#bbbbbb",
+            elinewidth=0.8,
+            capsize=0,
+            zorder=0,
+            label="95% interval",
+        )
     for r in val.itertuples():
         ax.scatter(
             r.latency_ms,
@@ -212,13 +402,17 @@ def pareto(val: pd.DataFrame, front: pd.DataFrame, path: Path, *, dataset: str) 
     ax.set_xlabel("latency p50 (ms, log scale; comm + comp)")
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(alpha=0.3, which="both")
-    ax.set_title(f"{dataset}: accuracy vs latency, Pareto front marked")
+    ax.set_title(f"{dataset}: accuracy (95% interval) vs latency, Pareto front marked")
 
     side.set_axis_off()
     handles = _arch_handles(val["arch"]) + _prune_handles(val["prune"])
     handles.append(
         Line2D([], [], marker="o", ls="--", color="black", mfc="none", label="Pareto front")
     )
+    if "accuracy_lo" in val.columns and val["accuracy_lo"].notna().any():
+        handles.append(
+            Line2D([], [], marker="|", ms=10, ls="", color="#bbbbbb", label="95% interval")
+        )
     side.legend(handles=handles, fontsize=8, loc="upper left", ncols=2, frameon=False)
     listing = "\n".join(
         f"{i}  {r.variant}\n    {r.accuracy:.1f} %, {r.latency_ms:.3g} ms"
@@ -317,18 +511,25 @@ def val_vs_test(val: pd.DataFrame, test: pd.DataFrame, path: Path, *, dataset: s
     return _save(fig, path)
 
 
-def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str) -> Path:
+def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "") -> Path:
     """Predicted (analytical model) vs measured comm and comp, log-log with the diagonal.
+
+    Each panel states the median predicted/measured ratio; ``caption`` (what the calibration
+    covers and why the model may be off) is printed under the panels.
 
     Args:
         val (pandas.DataFrame): validation rows.
         path (Path): the PNG to write.
         dataset (str): for the title.
+        caption (str, optional): explanation printed under the plot. (default: ``""``)
 
     Returns:
         Path: ``path``.
     """
-    fig, axes = _figure(9.5, 4.5, 1, 2)
+    import textwrap
+
+    wrapped = textwrap.fill(caption, 120) if caption else ""
+    fig, axes = _figure(10.0, 4.7 + 0.17 * wrapped.count("\n"), 1, 2)
     for ax, (measured, predicted, name) in zip(
         axes[0],
         (("comm_ms", "pred_comm_ms", "comm"), ("comp_ms", "pred_comp_ms", "comp")),
@@ -358,10 +559,16 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str) -> Path:
         _plain_log_axis(ax.yaxis)
         ax.set_xlabel(f"measured {name} p50 (ms)")
         ax.set_ylabel(f"predicted {name} (ms)")
-        ax.set_title(name)
+        ratios = (val[predicted] / val[measured].where(val[measured] > 0)).dropna()
+        median = f"{ratios.median():.2g}x" if not ratios.empty else "n/a"
+        ax.set_title(f"{name}: median predicted/measured {median}")
         ax.grid(alpha=0.3, which="both")
         handles = ax.get_legend_handles_labels()[0]
         handles += _arch_handles(val["arch"]) + _prune_handles(val["prune"])
         ax.legend(handles=handles, fontsize=8, loc="upper left", ncols=2)
-    fig.suptitle(f"{dataset}: analytical model (calibrated BW, OPS) vs measurement")
+    fig.suptitle(
+        f"{dataset}: analytical model vs measurement (BW, OPS from micro-benchmarks, not fitted)"
+    )
+    if wrapped:
+        fig.supxlabel(wrapped, fontsize=8, ha="center")
     return _save(fig, path)

@@ -1,23 +1,29 @@
 """The profiler: accuracy and latency breakdown of every variant of a dataset (ARCHITECTURE.md §5).
 
-For each variant and each split (``val``, ``test``) the profiler runs batched inference over the
-split's nodes on the full graph with consistent sampling and the variant's own fanouts:
+Every batch runs through :class:`gnnaas.inference.InferencePath` with the serving sampler built as
+the server builds it (:func:`gnnaas.sampling.serving_sampler` with the variant's fanouts, seed
+``0`` and ``depth`` mode by default), so the profile measures the pipeline that is served. For
+each variant and each split (``val``, ``test``) the profiler runs batched inference over the
+split's nodes on the full graph:
 
 1. ``warmup`` untimed runs on the first batch;
-2. one pass over every batch (accuracy, per-batch accuracy, and a timing of each full batch);
+2. one pass over every batch (accuracy, per-node score parts, and a timing of each full batch);
 3. more timed runs cycling over the full batches until ``runs`` timings exist and at least
    ``min_time_s`` has passed (a fast variant's runs then span enough time that a short burst of
    other work on a shared machine does not move its p50).
 
-Each run is timed per stage: ``sample`` (k-hop sampling), ``gather`` (the variant's pruned columns
-``store.feature_subset(kept)[n_id]`` and the host→device copy of them and of the blocks), ``comp``
-(forward pass, device synchronized) and ``d2h`` (outputs back to the host). ``comm = gather + d2h``,
-``latency = comm + comp`` and ``e2e = sample + latency``. Reported times are p50 over the timed
-runs; ``latency_p95_ms``, ``latency_p99_ms`` and ``latency_std_ms`` describe the same runs.
+Each run is timed per stage (:class:`gnnaas.inference.StageTimes`): ``sample`` (k-hop sampling),
+``gather`` (the variant's pruned columns ``store.feature_subset(kept)[n_id]`` and the host→device
+copy of them and of the blocks), ``comp`` (forward pass) and ``copy`` (outputs back to the host).
+``comm = gather + copy``, ``latency = comm + comp`` and ``e2e = sample + latency``. Reported times
+are p50 over the timed runs; ``latency_p95_ms``, ``latency_p99_ms`` and ``latency_std_ms``
+describe the same runs.
 
 ``accuracy_std`` is the standard deviation of the per-batch accuracy over the split's batches.
 When a split fits in one batch (Cora's validation set at batch size 1024) it is the binomial
 standard error of that batch's accuracy, ``100·sqrt(p(1-p)/n)``, instead of a meaningless 0.
+The per-node score parts (:func:`gnnaas.inference.score_parts`) of every (variant, split) go to
+:func:`gnnaas.profiling.uncertainty.add_accuracy_intervals`, which adds the interval columns.
 
 ``mem_mb`` is the peak memory newly allocated while serving one batch (gather, copies, forward,
 outputs): ``torch.cuda.max_memory_allocated`` on CUDA, torch's profiler memory accounting on the
@@ -26,14 +32,16 @@ batches of ``len(n_id) / (t·∏ s_k)``; fanouts of ``-1`` are bounded by the ma
 ``pred_comm_ms`` and ``pred_comp_ms`` come from :mod:`gnnaas.profiling.perfmodel` with rates
 calibrated once per call.
 
-Besides ``profiles.csv`` the profiler writes ``service_times.csv``: p50 stage times of batches
-of 1, 32, 256 and 1024 nodes drawn from all nodes (``min(size, num_nodes)`` nodes per batch), the
-router's cost model.
+Besides ``profiles.csv`` the profiler writes ``service_times.csv``, the router's cost model: each
+variant's service curve, measured the way the server runs a batch
+(:meth:`~gnnaas.inference.InferencePath.predict`: dedupe, the path, rows scattered back) at
+:data:`~gnnaas.profiling.table.SERVICE_TIME_BATCH_SIZES` target nodes drawn from all nodes
+(``min(size, num_nodes)`` nodes per batch; sizes above ``max_batch_nodes`` are left out). Its
+``e2e_ms`` is the wall time of that call (p50), the time the server compares with.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import logging
 import math
@@ -49,6 +57,7 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
+from gnnaas.inference import InferencePath, StageTimes, metric, score_parts
 from gnnaas.profiling.perfmodel import Calibration, calibrate, estimate
 from gnnaas.profiling.table import (
     PROFILES_FILE,
@@ -57,7 +66,7 @@ from gnnaas.profiling.table import (
     write_profiles,
     write_service_times,
 )
-from gnnaas.profiling.timers import StageClock, peak_memory_bytes, summarize
+from gnnaas.profiling.timers import peak_memory_bytes, summarize
 from gnnaas.typing import Device, PathType
 
 if TYPE_CHECKING:
@@ -82,6 +91,9 @@ class ProfileResult:
         skipped (list[tuple[str, str]]): ``(variant_id, reason)`` of variants not profiled.
         calibration (Calibration): the ``BW``/``OPS`` used for the predictions.
         rows (list[dict[str, Any]]): the rows of ``profiles.csv``.
+        parts (dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]): per-node score parts
+            ``(num, den)`` of every ``(variant_id, split)``, in the split's node order (the same
+            for every variant; see :func:`gnnaas.inference.score_parts`).
     """
 
     path: Path
@@ -90,70 +102,9 @@ class ProfileResult:
     skipped: list[tuple[str, str]]
     calibration: Calibration
     rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
-
-
-@dataclass
-class _Run:
-    """One timed batch: stage times (ms), outputs on the host and the sampled node count."""
-
-    times_ms: dict[str, float]
-    out: Tensor
-    num_sampled: int
-
-
-class _VariantRunner:
-    """Sample → gather → forward → copy back for one loaded variant."""
-
-    def __init__(
-        self, model: torch.nn.Module, features: Tensor, sampler: Any, device: torch.device
-    ) -> None:
-        self.model = model
-        self.features = features  # [N, F_kept] on the host
-        self.sampler = sampler
-        self.device = device
-
-    def _move(self, rows: Tensor, blocks: list[Any]) -> tuple[Tensor, list[Any]]:
-        if self.device.type == "cpu":
-            return rows, blocks  # the copy is a no-op on the CPU; the code path stays the same
-        rows = rows.pin_memory().to(self.device, non_blocking=True)
-        blocks = [
-            dataclasses.replace(b, edge_index=b.edge_index.to(self.device, non_blocking=True))
-            for b in blocks
-        ]
-        return rows, blocks
-
-    def forward_sampled(self, sub: Any) -> Tensor:
-        """Gather, copy, forward and copy back one sampled batch (untimed; for memory)."""
-        rows, blocks = self._move(self.features.index_select(0, sub.n_id), list(sub.blocks))
-        out: Tensor = self.model(rows, blocks)
-        return out.to("cpu")
-
-    def run(self, seeds: Tensor) -> _Run:
-        """One timed batch."""
-        clock = StageClock(self.device)
-        with clock.stage("sample"):
-            sub = self.sampler.sample(seeds)
-        with clock.stage("gather"):
-            rows = self.features.index_select(0, sub.n_id)  # [N_s, F_kept]
-            rows, blocks = self._move(rows, list(sub.blocks))
-        with clock.stage("comp"):
-            out = self.model(rows, blocks)  # [t, C]
-        with clock.stage("d2h"):
-            out = out.to("cpu")
-        return _Run(clock.times_ms, out, int(sub.n_id.numel()))
-
-
-def _batch_score(out: Tensor, y: Tensor, multi_label: bool) -> tuple[float, float, float]:
-    """``(score, numerator, denominator)`` of one batch; F1-micro counts for multi-label."""
-    if multi_label:
-        pred = out > 0
-        true = y > 0.5
-        tp = float((pred & true).sum())
-        wrong = float((pred ^ true).sum())  # fp + fn
-        num, den = 2 * tp, 2 * tp + wrong
-    else:
-        num, den = float((out.argmax(dim=-1) == y).sum()), float(y.numel())
-    return (num / den if den > 0 else 1.0), num, den
+    parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False
+    )
 
 
 def _fanout_bound(fanouts: Sequence[int], max_degree: int) -> list[int]:
@@ -199,6 +150,9 @@ class _Profiler:
         device: torch.device,
         calibration: Calibration,
         date: str,
+        sampler_seed: int,
+        sampling: str,
+        max_batch_nodes: int | None,
     ) -> None:
         self.store = store
         self.batch_size = batch_size
@@ -209,27 +163,31 @@ class _Profiler:
         self.device = device
         self.calibration = calibration
         self.date = date
+        self.sampler_seed = sampler_seed
+        self.sampling = sampling
+        self.max_batch_nodes = max_batch_nodes
         self.max_degree = (
             int((store.rowptr[1:] - store.rowptr[:-1]).max()) if store.num_nodes else 1
         )
-        self._samplers: dict[tuple[tuple[int, ...], int], Any] = {}
+        self._samplers: dict[tuple[int, ...], Any] = {}
         perm_gen = torch.Generator().manual_seed(0)
         self._service_nodes = torch.randperm(store.num_nodes, generator=perm_gen)
 
-    def sampler(self, fanouts: Sequence[int], seed: int) -> Any:
-        from gnnaas.sampling import NeighborSampler
+    def sampler(self, fanouts: Sequence[int]) -> Any:
+        """The serving sampler for ``fanouts``, built as the server builds it, once."""
+        from gnnaas.sampling import serving_sampler
 
-        key = (tuple(int(s) for s in fanouts), int(seed))
+        key = tuple(int(s) for s in fanouts)
         if key not in self._samplers:
-            self._samplers[key] = NeighborSampler(
-                self.store.rowptr, self.store.col, list(key[0]), consistent=True, seed=key[1]
+            self._samplers[key] = serving_sampler(
+                self.store.rowptr, self.store.col, key, seed=self.sampler_seed, mode=self.sampling
             )
         return self._samplers[key]
 
     def profile_split(
-        self, runner: _VariantRunner, manifest: Manifest, nodes: Tensor, split: str
-    ) -> dict[str, Any]:
-        """The profile row fields of one split that depend on running it."""
+        self, path: InferencePath, manifest: Manifest, nodes: Tensor, split: str
+    ) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
+        """The profile row fields of one split that depend on running it, and its score parts."""
         if nodes.numel() == 0:
             raise ArtifactError(f"{self.store.name} has no {split} nodes to profile")
         batches = list(torch.split(nodes, self.batch_size))
@@ -238,41 +196,47 @@ class _Profiler:
         y = self.store.y
 
         for _ in range(self.warmup):
-            runner.run(batches[0])
+            path.run(batches[0])
 
-        timed: list[dict[str, float]] = []
+        timed: list[StageTimes] = []
         fracs: list[float] = []
         scores: list[float] = []
-        num = den = 0.0
+        nums: list[Tensor] = []
+        dens: list[Tensor] = []
         for batch in batches:  # accuracy pass, timing every full batch
-            run = runner.run(batch)
-            score, n, d = _batch_score(run.out, y[batch], manifest.multi_label)
-            scores.append(score)
-            num, den = num + n, den + d
+            logits, times, num_sampled = path.run(batch)
+            num, den = score_parts(logits, y[batch])  # [b] each, in split order
+            nums.append(num)
+            dens.append(den)
+            scores.append(metric(num, den))
             if batch.numel() == batches[0].numel():
-                timed.append(run.times_ms)
-                fracs.append(run.num_sampled / (batch.numel() * bound))
+                timed.append(times)
+                fracs.append(num_sampled / (batch.numel() * bound))
         i = 0
         deadline = time.monotonic() + self.min_time_s
         while len(timed) < self.runs or time.monotonic() < deadline:
-            timed.append(runner.run(full[i % len(full)]).times_ms)
+            timed.append(path.run(full[i % len(full)]).times)
             i += 1
 
-        accuracy = 100.0 * num / den if den > 0 else 0.0
+        num_all, den_all = torch.cat(nums), torch.cat(dens)  # [n] each
+        accuracy = 100.0 * metric(num_all, den_all)
         if len(scores) > 1:
             accuracy_std = 100.0 * float(np.std(scores))
         else:
             p = accuracy / 100.0
             accuracy_std = 100.0 * math.sqrt(max(p * (1.0 - p), 0.0) / max(nodes.numel(), 1))
 
-        stage = {k: summarize([t[k] for t in timed]).p50 for k in ("sample", "gather", "comp")}
-        comm = [t["gather"] + t["d2h"] for t in timed]
-        latency = summarize([c + t["comp"] for c, t in zip(comm, timed, strict=True)])
-        e2e = summarize([c + t["comp"] + t["sample"] for c, t in zip(comm, timed, strict=True)])
-        comm_ms, comp_ms = summarize(comm).p50, stage["comp"]
+        stage = {
+            "sample": summarize([t.sample_ms for t in timed]).p50,
+            "comp": summarize([t.compute_ms for t in timed]).p50,
+        }
+        comm = summarize([t.comm_ms for t in timed])
+        latency = summarize([t.latency_ms for t in timed])
+        e2e = summarize([t.total_ms for t in timed])
+        comm_ms, comp_ms = comm.p50, stage["comp"]
 
-        sub = runner.sampler.sample(batches[0])
-        mem_bytes = peak_memory_bytes(lambda: runner.forward_sampled(sub), self.device)
+        sub = path.sampler.sample(batches[0])
+        mem_bytes = peak_memory_bytes(lambda: path.forward(sub), self.device)
 
         t = int(batches[0].numel())
         unique_frac = float(np.mean(fracs)) if fracs else 1.0
@@ -284,7 +248,7 @@ class _Profiler:
             bw=self.calibration.bw,
             ops=self.calibration.ops,
         )
-        return {
+        fields = {
             "split": split,
             "batch_size": t,
             "num_batches": len(batches),
@@ -304,30 +268,47 @@ class _Profiler:
             "pred_comm_ms": pred.comm_ms,
             "pred_comp_ms": pred.comp_ms,
         }
+        parts = (num_all.cpu().numpy().astype(np.float64), den_all.cpu().numpy().astype(np.float64))
+        return fields, parts
 
-    def service_times(self, runner: _VariantRunner, variant_id: str) -> list[dict[str, Any]]:
-        """p50 stage times per batch size, seeds drawn from a fixed permutation of all nodes."""
+    def service_sizes(self) -> list[int]:
+        """The batch sizes of ``service_times.csv`` (those the server can run)."""
+        cap = self.max_batch_nodes
+        sizes = [s for s in SERVICE_TIME_BATCH_SIZES if cap is None or s <= cap]
+        if cap is not None and cap not in sizes and cap < SERVICE_TIME_BATCH_SIZES[-1]:
+            sizes.append(cap)  # the server's largest batch is a point of the curve
+        return sizes
+
+    def service_times(self, path: InferencePath, variant_id: str) -> list[dict[str, Any]]:
+        """The service curve: p50 times per batch size, as the server runs a batch.
+
+        Seeds are drawn from a fixed permutation of all nodes. ``e2e_ms`` is the wall time of
+        :meth:`InferencePath.predict` (dedupe, sample, gather, copy, forward, copy back, rows
+        scattered back), the time the server measures for a batch.
+        """
         rows = []
         num_nodes = self._service_nodes.numel()
-        for size in SERVICE_TIME_BATCH_SIZES:
+        for size in self.service_sizes():
             t = min(size, num_nodes)
             windows = [
                 self._service_nodes.roll(-((r * t) % num_nodes))[:t]
                 for r in range(self.service_runs + 1)
             ]
-            runner.run(windows[0])  # warm-up
-            timed = [runner.run(w).times_ms for w in windows[1:]]
-            gather = [x["gather"] + x["d2h"] for x in timed]
+            path.predict(windows[0])  # warm-up
+            timed: list[StageTimes] = []
+            wall: list[float] = []
+            for w in windows[1:]:
+                start = time.perf_counter()
+                timed.append(path.predict(w).times)
+                wall.append((time.perf_counter() - start) * 1e3)
             rows.append(
                 {
                     "variant": variant_id,
                     "batch_size": size,
-                    "sample_ms": summarize([x["sample"] for x in timed]).p50,
-                    "gather_ms": summarize(gather).p50,
-                    "compute_ms": summarize([x["comp"] for x in timed]).p50,
-                    "e2e_ms": summarize(
-                        [g + x["comp"] + x["sample"] for g, x in zip(gather, timed, strict=True)]
-                    ).p50,
+                    "sample_ms": summarize([x.sample_ms for x in timed]).p50,
+                    "gather_ms": summarize([x.comm_ms for x in timed]).p50,
+                    "compute_ms": summarize([x.compute_ms for x in timed]).p50,
+                    "e2e_ms": summarize(wall).p50,
                 }
             )
         return rows
@@ -368,6 +349,9 @@ def profile_dataset(
     variants: Sequence[str] | None = None,
     calibration: Calibration | None = None,
     threads: int | None = None,
+    sampler_seed: int = 0,
+    sampling: str = "depth",
+    max_batch_nodes: int | None = None,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
@@ -394,6 +378,13 @@ def profile_dataset(
             machine whose cores are busy with other work, several threads wait on each other at
             every parallel region and p50s inflate and scatter; one thread measures steadily.
             (default: ``None``)
+        sampler_seed (int, optional): key of the serving sampler's draws; the server's
+            ``GNNAAS_SEED``. (default: ``0``)
+        sampling (str, optional): the serving sampler's mode, the server's
+            ``GNNAAS_SAMPLING`` (``depth`` or ``shared``). (default: ``"depth"``)
+        max_batch_nodes (int, optional): the server's largest batch (``GNNAAS_MAX_BATCH_NODES``):
+            service-curve batch sizes above it are left out and it becomes a point of the
+            curve. (default: ``None``, every size)
 
     Returns:
         ProfileResult: paths written, number profiled, skipped variants with their reasons.
@@ -416,6 +407,14 @@ def profile_dataset(
         )
     if threads is not None and threads < 1:
         raise ValueError(f"profile_dataset: threads must be >= 1 (got {threads})")
+    if sampling not in ("depth", "shared"):
+        raise ValueError(
+            f"profile_dataset: sampling must be 'depth' or 'shared' (got {sampling!r})"
+        )
+    if max_batch_nodes is not None and (isinstance(max_batch_nodes, bool) or max_batch_nodes < 1):
+        raise ValueError(
+            f"profile_dataset: max_batch_nodes must be an integer >= 1 (got {max_batch_nodes!r})"
+        )
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -433,6 +432,9 @@ def profile_dataset(
             min_time_s=min_time_s,
             variants=variants,
             calibration=calibration,
+            sampler_seed=sampler_seed,
+            sampling=sampling,
+            max_batch_nodes=max_batch_nodes,
         )
     finally:
         torch.set_num_threads(previous_threads)
@@ -470,8 +472,13 @@ def _profile_dataset(
     min_time_s: float,
     variants: Sequence[str] | None,
     calibration: Calibration | None,
+    sampler_seed: int,
+    sampling: str,
+    max_batch_nodes: int | None,
 ) -> ProfileResult:
     from tqdm.auto import tqdm
+
+    from gnnaas.profiling.uncertainty import add_accuracy_intervals
 
     dev = device
     _warn_if_busy()
@@ -502,6 +509,9 @@ def _profile_dataset(
         device=dev,
         calibration=calibration,
         date=date,
+        sampler_seed=sampler_seed,
+        sampling=sampling,
+        max_batch_nodes=max_batch_nodes,
     )
     common = {
         "dataset": store.name,
@@ -512,52 +522,55 @@ def _profile_dataset(
     }
 
     rows: list[dict[str, Any]] = []
+    parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     service_rows: list[dict[str, Any]] = []
     bar = tqdm(manifests, desc=f"profile {store.name}", unit="variant", disable=not progress)
-    with torch.inference_mode():
-        for listed in bar:
-            variant_id = listed.variant_id
-            bar.set_postfix_str(variant_id)
-            try:
-                loaded = repo.load(store.name, variant_id, device=dev)
-                manifest = loaded.manifest
-                _check_manifest(manifest, store)
-            except (ArtifactError, ConfigError) as exc:
-                _log.warning("skipping variant %s: %s", variant_id, exc)
-                skipped.append((variant_id, str(exc)))
-                continue
-            features = store.feature_subset(manifest.kept_features)
-            runner = _VariantRunner(
-                loaded.model, features, prof.sampler(manifest.fanouts, manifest.seed), dev
+    # No outer inference_mode: the path applies it where the server does (not to sampling).
+    for listed in bar:
+        variant_id = listed.variant_id
+        bar.set_postfix_str(variant_id)
+        try:
+            loaded = repo.load(store.name, variant_id, device=dev)
+            manifest = loaded.manifest
+            _check_manifest(manifest, store)
+        except (ArtifactError, ConfigError) as exc:
+            _log.warning("skipping variant %s: %s", variant_id, exc)
+            skipped.append((variant_id, str(exc)))
+            continue
+        features = store.feature_subset(manifest.kept_features)
+        inference = InferencePath(loaded.model, features, prof.sampler(manifest.fanouts), dev)
+        weights = repo.path(store.name, variant_id) / _WEIGHTS_FILE
+        size_kb = weights.stat().st_size / 1024
+        head = {
+            **common,
+            "variant": variant_id,
+            "arch": manifest.arch,
+            "ranking": manifest.ranking,
+            "prune": manifest.prune,
+            "features_kept": manifest.in_channels,
+            "size_kb": size_kb,
+        }
+        for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
+            fields, parts[(variant_id, split)] = prof.profile_split(
+                inference, manifest, nodes, split
             )
-            weights = repo.path(store.name, variant_id) / _WEIGHTS_FILE
-            size_kb = weights.stat().st_size / 1024
-            head = {
-                **common,
-                "variant": variant_id,
-                "arch": manifest.arch,
-                "ranking": manifest.ranking,
-                "prune": manifest.prune,
-                "features_kept": manifest.in_channels,
-                "size_kb": size_kb,
-            }
-            for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
-                row = {**head, **prof.profile_split(runner, manifest, nodes, split)}
-                rows.append(row)
-                _log.info(
-                    "variant: %s split: %s accuracy: %.2f latency_ms: %.3f comm_comp: %.3f",
-                    variant_id,
-                    split,
-                    row["accuracy"],
-                    row["latency_ms"],
-                    row["comm_comp"],
-                )
-            service_rows.extend(prof.service_times(runner, variant_id))
-            del loaded, runner
+            row = {**head, **fields}
+            rows.append(row)
+            _log.info(
+                "variant: %s split: %s accuracy: %.2f latency_ms: %.3f comm_comp: %.3f",
+                variant_id,
+                split,
+                row["accuracy"],
+                row["latency_ms"],
+                row["comm_comp"],
+            )
+        service_rows.extend(prof.service_times(inference, variant_id))
+        del loaded, inference
 
     if not rows:
         reasons = "; ".join(f"{v}: {r}" for v, r in skipped)
         raise ArtifactError(f"no variant of {store.name} could be profiled ({reasons})")
+    add_accuracy_intervals(rows, parts)
     folder = Path(out_dir) / store.name
     path = write_profiles(rows, folder / PROFILES_FILE)
     service_path = write_service_times(service_rows, folder / SERVICE_TIMES_FILE)
@@ -570,4 +583,5 @@ def _profile_dataset(
         skipped=skipped,
         calibration=calibration,
         rows=rows,
+        parts=parts,
     )

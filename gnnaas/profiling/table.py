@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROFILES_FILE",
     "PROFILE_COLUMNS",
+    "PROFILE_INTERVAL_COLUMNS",
     "SERVICE_TIMES_FILE",
     "SERVICE_TIME_BATCH_SIZES",
     "SERVICE_TIME_COLUMNS",
@@ -48,7 +49,8 @@ __all__ = [
 PROFILES_FILE = "profiles.csv"
 SERVICE_TIMES_FILE = "service_times.csv"
 SPLITS = ("val", "test")
-SERVICE_TIME_BATCH_SIZES = (1, 32, 256, 1024)
+SERVICE_TIME_BATCH_SIZES = (1, 4, 16, 64, 256, 1024)
+"""Batch sizes (target nodes) of each variant's service curve in ``service_times.csv``."""
 
 PROFILE_COLUMNS: tuple[str, ...] = (
     "dataset",
@@ -62,6 +64,13 @@ PROFILE_COLUMNS: tuple[str, ...] = (
     "num_batches",
     "accuracy",
     "accuracy_std",
+    "accuracy_lo",
+    "accuracy_hi",
+    "best_variant",
+    "diff_best",
+    "diff_best_lo",
+    "diff_best_hi",
+    "tie_best",
     "sample_ms",
     "comm_ms",
     "comp_ms",
@@ -83,6 +92,19 @@ PROFILE_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``profiles.csv``, in file order."""
 
+PROFILE_INTERVAL_COLUMNS: tuple[str, ...] = (
+    "accuracy_lo",
+    "accuracy_hi",
+    "best_variant",
+    "diff_best",
+    "diff_best_lo",
+    "diff_best_hi",
+    "tie_best",
+)
+"""Accuracy intervals and paired differences to the split's most accurate variant
+(:mod:`gnnaas.profiling.uncertainty`). Optional: rows and files without them (profiles written
+before they existed) read and write with NaN there."""
+
 SERVICE_TIME_COLUMNS: tuple[str, ...] = (
     "variant",
     "batch_size",
@@ -102,7 +124,10 @@ _PROFILE_TEXT = {
     "device",
     "torch_version",
     "date",
+    "best_variant",
 }
+_PROFILE_BOOL = {"tie_best"}
+_BOOL_TEXT = {"true": 1.0, "false": 0.0, "1": 1.0, "0": 0.0, "1.0": 1.0, "0.0": 0.0}
 _PROFILE_INT = {"prune", "features_kept", "batch_size", "num_batches", "threads"}
 _SERVICE_INT = {"batch_size"}
 _SERVICE_TEXT = {"variant"}
@@ -110,9 +135,16 @@ _SERVICE_TEXT = {"variant"}
 _DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def _frame(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], what: str) -> pd.DataFrame:
+def _frame(
+    rows: Iterable[Mapping[str, Any]],
+    columns: Sequence[str],
+    what: str,
+    optional: Sequence[str] = (),
+) -> pd.DataFrame:
     records = [dict(r) for r in rows]
     for i, record in enumerate(records):
+        for column in optional:
+            record.setdefault(column, float("nan"))
         missing = [c for c in columns if c not in record]
         if missing:
             raise ValueError(f"{what}: row {i} lacks columns {missing}")
@@ -137,6 +169,8 @@ def _read(
     columns: Sequence[str],
     text: set[str],
     ints: set[str],
+    optional: Sequence[str] = (),
+    bools: set[str] | None = None,
 ) -> pd.DataFrame:
     path = _resolve(path_or_dir, filename)
     hint = "run `gnnaas profile --dataset NAME` to (re)create it"
@@ -146,12 +180,17 @@ def _read(
         df = pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ArtifactError(f"{path} is unreadable ({exc}); {hint}") from None
+    for column in optional:  # older files: the column reads as NaN
+        if column not in df.columns:
+            df[column] = float("nan")
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ArtifactError(f"{path} lacks columns {missing}; {hint}")
     try:
         for column in columns:
-            if column in ints:
+            if bools and column in bools:
+                df[column] = _bool_column(df[column])
+            elif column in ints:
                 df[column] = df[column].astype("int64")
             elif column not in text:
                 df[column] = pd.to_numeric(df[column], errors="raise").astype("float64")
@@ -160,18 +199,33 @@ def _read(
     return df[list(columns)]
 
 
+def _bool_column(values: pd.Series) -> pd.Series:
+    """``True``/``False`` text as bool; a column with blanks keeps NaN there (float 1/0/NaN)."""
+    if values.isna().all():
+        return values.astype("float64")
+    text = values.astype(str).str.strip().str.lower()
+    mapped = text.map(_BOOL_TEXT)
+    bad = values.notna() & mapped.isna()
+    if bad.any():
+        raise ValueError(f"not a boolean: {values[bad].iloc[0]!r}")
+    mapped = mapped.where(values.notna())
+    return mapped.astype(bool) if mapped.notna().all() else mapped.astype("float64")
+
+
 def write_profiles(rows: Iterable[Mapping[str, Any]], path: PathType) -> Path:
     """Writes ``profiles.csv`` atomically.
 
     Args:
         rows (Iterable[Mapping[str, Any]]): one mapping per variant and split with every column
-            of :data:`PROFILE_COLUMNS` (extra keys are dropped).
+            of :data:`PROFILE_COLUMNS` (extra keys are dropped; missing
+            :data:`PROFILE_INTERVAL_COLUMNS` are written empty).
         path (str or PathLike): the file (or its folder).
 
     Returns:
         Path: the file written.
     """
-    return _write(_frame(rows, PROFILE_COLUMNS, "write_profiles"), _resolve(path, PROFILES_FILE))
+    frame = _frame(rows, PROFILE_COLUMNS, "write_profiles", PROFILE_INTERVAL_COLUMNS)
+    return _write(frame, _resolve(path, PROFILES_FILE))
 
 
 def write_service_times(rows: Iterable[Mapping[str, Any]], path: PathType) -> Path:
@@ -196,12 +250,21 @@ def read_profiles(path_or_dir: PathType) -> pd.DataFrame:
         path_or_dir (str or PathLike): ``profiles/<dataset>`` or the CSV itself.
 
     Returns:
-        pandas.DataFrame: the columns of :data:`PROFILE_COLUMNS` with numeric dtypes.
+        pandas.DataFrame: the columns of :data:`PROFILE_COLUMNS` with numeric dtypes
+        (``tie_best`` bool; :data:`PROFILE_INTERVAL_COLUMNS` absent from older files are NaN).
 
     Raises:
         ArtifactError: the file is missing, unreadable or lacks columns.
     """
-    return _read(path_or_dir, PROFILES_FILE, PROFILE_COLUMNS, _PROFILE_TEXT, _PROFILE_INT)
+    return _read(
+        path_or_dir,
+        PROFILES_FILE,
+        PROFILE_COLUMNS,
+        _PROFILE_TEXT,
+        _PROFILE_INT,
+        PROFILE_INTERVAL_COLUMNS,
+        _PROFILE_BOOL,
+    )
 
 
 def read_service_times(path_or_dir: PathType) -> pd.DataFrame:

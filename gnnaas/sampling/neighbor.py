@@ -320,9 +320,12 @@ class NeighborSampler:
         with self._lock:
             if self._pool:
                 return self._pool.pop()
-        return torch.full(
-            (self.num_nodes,), self._unseen, dtype=self._map_dtype, device=self.device
-        )
+        # A normal tensor even when created under inference_mode: pooled maps are updated in
+        # place by later calls, which may run outside it (an inference tensor would refuse).
+        with torch.inference_mode(False):
+            return torch.full(
+                (self.num_nodes,), self._unseen, dtype=self._map_dtype, device=self.device
+            )
 
     def _release(self, mapping: Tensor) -> None:
         with self._lock:

@@ -3,18 +3,41 @@
 The serving core (:class:`VariantRegistry`, :func:`select_variant`, :class:`Batcher`,
 :class:`Executor`, :class:`Router`) is plain Python free of FastAPI types; :func:`create_app` wraps
 it in the HTTP API of ARCHITECTURE.md §6.
+
+Names resolve lazily (PEP 562): importing the policy or the batcher does not load FastAPI, and
+nothing here loads training or plotting code.
 """
 
-from gnnaas.serving.app import create_app
-from gnnaas.serving.batcher import Batched, Batcher, BatchStats
-from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, StageTimes
-from gnnaas.serving.metrics import ServingMetrics
-from gnnaas.serving.policy import Candidate, Selection, ServiceCurve, select_variant
-from gnnaas.serving.profiles import VariantProfile
-from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
-from gnnaas.serving.router import NotFoundError, Prediction, Router
-from gnnaas.serving.sampler import DepthSampler
-from gnnaas.serving.settings import Settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnaas.serving.app import create_app
+    from gnnaas.serving.batcher import Batched, Batcher, BatchStats
+    from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, StageTimes
+    from gnnaas.serving.metrics import ServingMetrics
+    from gnnaas.serving.policy import Candidate, Selection, ServiceCurve, select_variant
+    from gnnaas.serving.profiles import VariantProfile
+    from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
+    from gnnaas.serving.router import NotFoundError, Prediction, Router
+    from gnnaas.serving.sampler import DepthSampler
+    from gnnaas.serving.settings import Settings
+
+_SOURCES = {
+    "app": ("create_app",),
+    "batcher": ("BatchStats", "Batched", "Batcher"),
+    "executor": ("ExecRequest", "ExecResult", "Executor", "StageTimes"),
+    "metrics": ("ServingMetrics",),
+    "policy": ("Candidate", "Selection", "ServiceCurve", "select_variant"),
+    "profiles": ("VariantProfile",),
+    "registry": ("ServedDataset", "ServingVariant", "VariantRegistry"),
+    "router": ("NotFoundError", "Prediction", "Router"),
+    "sampler": ("DepthSampler",),
+    "settings": ("Settings",),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "BatchStats",
@@ -40,3 +63,16 @@ __all__ = [
     "create_app",
     "select_variant",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

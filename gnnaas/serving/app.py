@@ -12,19 +12,29 @@ error                                  status  when
 ``ConfigError``                        400     any other bad value
 ``RequestValidationError``             422     malformed JSON, non-integer or missing ids
 ``OverloadedError``                    503     queue full or shutting down; ``Retry-After``
-``ArtifactError``                      500     a stored artifact is unusable
+``ArtifactError``, any other exception  500     ``internal error, see server log (request
+                                               id <id>)``; the log has the traceback
 =====================================  ======  ==========================================
 
-Bodies over ``settings.max_body_bytes`` are refused with 413 before they are parsed, by a small ASGI
-middleware that checks ``Content-Length`` and counts the streamed bytes.
+One small ASGI middleware sits in front of the app: it gives every request an id (the client's
+``X-Request-Id`` when it is a short token, else a generated one) and returns it as
+``X-Request-Id``; it turns an unhandled exception into that 500 (never the exception's text); and it
+refuses bodies over ``settings.max_body_bytes`` with 413 before they are parsed, checking
+``Content-Length`` and counting the streamed bytes.
+
+``/docs`` (Swagger UI) and ``/redoc`` load their scripts and styles from this server (the assets
+ship with ``fastapi-offline``), so they work with no network.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import logging
 import math
+import os
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -33,6 +43,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import gnnaas
@@ -41,10 +52,10 @@ from gnnaas.serving.metrics import ServingMetrics
 from gnnaas.serving.registry import VariantRegistry
 from gnnaas.serving.router import ExecutorFactory, Router
 from gnnaas.serving.routes import datasets, health, predict
-from gnnaas.serving.routes.predict import START_KEY
+from gnnaas.serving.routes.predict import REQUEST_ID_KEY, START_KEY
 from gnnaas.serving.settings import Settings
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "internal_error_detail"]
 
 _log = logging.getLogger(__name__)
 
@@ -58,13 +69,58 @@ current load and batches concurrent requests. Errors are `{"detail": "..."}`.
 """
 
 
-class _BodyLimit:
-    """Refuses request bodies over ``max_bytes`` with 413 before the app parses them."""
+# A client's own request id is echoed when it is a short, log-safe token.
+_CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
+
+
+def internal_error_detail(request_id: str) -> str:
+    """The ``detail`` of every 500: no exception text, a pointer to the log line."""
+    return f"internal error, see server log (request id {request_id})"
+
+
+class _Edge:
+    """Request ids, the 500 guard and the body limit, in one pass over each HTTP request.
+
+    Args:
+        app (ASGIApp): the wrapped app.
+        max_bytes (int): largest request body; larger ones get 413 before the app parses them.
+        metrics (ServingMetrics): counts the refusals.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int, metrics: ServingMetrics) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.metrics = metrics
+        # Generated ids: a per-process prefix and a counter, cheaper than a uuid per request.
+        self._prefix = os.urandom(4).hex()
+        self._counter = itertools.count(1)
+
+    def _request_id(self, scope: Scope) -> str:
+        for name, value in scope["headers"]:
+            if name == b"x-request-id" and _CLIENT_ID.fullmatch(value):
+                return value.decode()
+        return f"{self._prefix}-{next(self._counter)}"
+
+    async def _internal_error(self, scope: Scope, send: Send, request_id: str) -> None:
+        _log.exception(
+            "internal error (request id %s) on %s %s",
+            request_id,
+            scope.get("method"),
+            scope.get("path"),
+        )
+        body = json.dumps({"detail": internal_error_detail(request_id)}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", request_id.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
     async def _refuse(self, send: Send) -> None:
         self.metrics.rejected("body_too_large")
@@ -91,6 +147,27 @@ class _BodyLimit:
             await self.app(scope, receive, send)
             return
         scope[START_KEY] = time.perf_counter()
+        request_id = scope[REQUEST_ID_KEY] = self._request_id(scope)
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self._checked(scope, receive, send_with_id)
+        except Exception:
+            if started:  # too late for a clean 500: let the server close the connection
+                raise
+            await self._internal_error(scope, send, request_id)
+
+    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await self.app(scope, receive, send)
             return
@@ -205,8 +282,9 @@ def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
 
     @app.exception_handler(ArtifactError)
     async def _artifact(request: Request, exc: ArtifactError) -> JSONResponse:
-        _log.error("artifact error while serving: %s", exc)
-        return JSONResponse({"detail": f"server artifact problem: {exc}"}, status_code=500)
+        request_id = str(request.scope.get(REQUEST_ID_KEY, "-"))
+        _log.error("artifact error while serving (request id %s): %s", request_id, exc)
+        return JSONResponse({"detail": internal_error_detail(request_id)}, status_code=500)
 
 
 def create_app(
@@ -255,7 +333,7 @@ def create_app(
             gc.unfreeze()
             await core.stop()
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="gnnaas",
         version=gnnaas.__version__,
         description=_DESCRIPTION,
@@ -264,7 +342,7 @@ def create_app(
     app.state.settings = settings
     app.state.router = core
     app.state.metrics = metrics
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
+    app.add_middleware(_Edge, max_bytes=settings.max_body_bytes, metrics=metrics)
     _register_handlers(app, metrics)
     app.include_router(predict.router, prefix="/v1")
     app.include_router(datasets.router, prefix="/v1")

@@ -1,11 +1,15 @@
 """Dynamic batching: concurrent requests for one variant merge into one forward pass.
 
 One :class:`Batcher` per variant. Requests go into an :class:`asyncio.Queue`; a loop task takes
-the first one, keeps collecting until the batch holds ``max_batch_size`` nodes or ``max_wait_s``
-has passed since that first request was enqueued (a deadline from :func:`time.monotonic`), then
-runs the blocking handler in a worker thread and fans the results back to the callers' futures.
-One batch per variant is in flight at a time, so requests that arrive while a batch runs wait and
-merge into the next one; with ``max_wait_s=0`` batching adds no latency when the variant is idle.
+the first one and keeps collecting until the batch holds ``max_batch_size`` nodes or ``max_wait_s``
+has passed since that first request was enqueued (a deadline on the event loop's clock). Only
+then does it ask for the device ``gate`` shared with the other variants' batchers, so a batch that
+waits for batch-mates never keeps another variant's full batch off the device. While it waits for
+the gate, requests that arrive still join it (up to ``max_batch_size``, without waiting any
+longer); then it runs the blocking handler in a worker thread and fans the results back to the
+callers' futures. One batch per variant is in flight at a time, so requests that arrive while a
+batch runs wait and merge into the next one; with ``max_wait_s=0`` batching adds no latency when
+the variant is idle.
 
 The queue is bounded in nodes: a request that does not fit raises
 :class:`~gnnaas.errors.OverloadedError` at once. Callers that give up (cancelled futures) are
@@ -26,6 +30,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,7 +86,8 @@ class _Pending(Generic[T, R]):
     item: T
     size: int
     future: asyncio.Future[Batched[R]]
-    enqueued_at: float
+    enqueued_at: float  # time.monotonic(), for the reported queue time
+    deadline: float  # loop.time() by which its batch stops waiting for batch-mates
 
 
 _STOP = object()
@@ -106,9 +113,9 @@ class Batcher(Generic[T, R]):
         retry_after_s (float, optional): hint carried by :class:`OverloadedError`.
             (default: ``1.0``)
         gate (asyncio.Semaphore, optional): shared by the batchers of one device so that at most
-            its value of batches run at once; a batch is closed only once the gate lets it run,
-            so requests arriving while other variants' batches run still merge into it.
-            (default: ``None``: no limit beyond one batch per batcher)
+            its value of batches run at once. The gate is taken only after the batch has
+            waited its ``max_wait_s`` (or is full), and requests arriving while it waits for the
+            gate still merge into it. (default: ``None``: no limit beyond one batch per batcher)
     """
 
     def __init__(
@@ -144,6 +151,7 @@ class Batcher(Generic[T, R]):
         )
         self._queue: asyncio.Queue[_Pending[T, R] | object] = asyncio.Queue()
         self._carry: _Pending[T, R] | None = None
+        self._forming: list[_Pending[T, R]] = []  # the open batch, until it starts running
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._queued_nodes = 0
@@ -179,11 +187,18 @@ class Batcher(Generic[T, R]):
         """``time.monotonic()`` when the running batch started, ``None`` when idle."""
         return self._in_flight_since
 
+    @property
+    def room_nodes(self) -> int:
+        """How many more nodes :meth:`submit` accepts now (any number while nothing waits)."""
+        if self._closed:
+            return 0
+        if self._queued_nodes == 0:
+            return sys.maxsize
+        return max(self.max_queue_size - self._queued_nodes, 0)
+
     def has_room(self, size: int) -> bool:
         """Whether :meth:`submit` would accept ``size`` more nodes now."""
-        if self._closed:
-            return False
-        return self._queued_nodes == 0 or self._queued_nodes + size <= self.max_queue_size
+        return size <= self.room_nodes
 
     @property
     def closed(self) -> bool:
@@ -241,10 +256,13 @@ class Batcher(Generic[T, R]):
                 self.retry_after_s,
             )
         self.start()
-        future: asyncio.Future[Batched[R]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Batched[R]] = loop.create_future()
         self._queued_nodes += size
         self._queued_requests += 1
-        self._queue.put_nowait(_Pending(item, size, future, time.monotonic()))
+        self._queue.put_nowait(
+            _Pending(item, size, future, time.monotonic(), loop.time() + self.max_wait_s)
+        )
         # A caller that is cancelled cancels `future`; the loop then skips it.
         return await future
 
@@ -255,7 +273,10 @@ class Batcher(Generic[T, R]):
         self._queued_requests -= 1
 
     async def _next(self, deadline: float | None) -> _Pending[T, R] | object | None:
-        """The next live entry (or ``_STOP``); ``None`` once ``deadline`` passes."""
+        """The next live entry (or ``_STOP``); ``None`` once ``deadline`` (loop time) passes.
+
+        ``deadline=None`` waits for ever; a passed deadline takes only what is queued now.
+        """
         while True:
             try:
                 entry = self._queue.get_nowait()
@@ -263,11 +284,10 @@ class Batcher(Generic[T, R]):
                 if deadline is None:
                     entry = await self._queue.get()
                 else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    if deadline <= asyncio.get_running_loop().time():
                         return None
                     try:
-                        async with asyncio.timeout(remaining):
+                        async with asyncio.timeout_at(deadline):
                             entry = await self._queue.get()
                     except TimeoutError:
                         return None
@@ -290,22 +310,24 @@ class Batcher(Generic[T, R]):
             first = entry
         return first
 
-    async def _fill(self, first: _Pending[T, R]) -> tuple[list[_Pending[T, R]], bool]:
-        """The batch that ``first`` opens, and whether the stop marker was seen."""
-        batch, size = [first], first.size
-        deadline = first.enqueued_at + self.max_wait_s
-        while size < self.max_batch_size:
+    async def _fill(self, batch: list[_Pending[T, R]], deadline: float) -> bool:
+        """Adds entries to ``batch`` until it is full or ``deadline`` (loop time) passes.
+
+        Returns whether the stop marker was seen (the batch is then closed).
+        """
+        size = sum(p.size for p in batch)
+        while size < self.max_batch_size and self._carry is None:
             entry = await self._next(deadline)
             if entry is None:
                 break
             if not isinstance(entry, _Pending):
-                return batch, True
+                return True
             if size + entry.size > self.max_batch_size:
                 self._carry = entry  # starts the next batch
                 break
             batch.append(entry)
             size += entry.size
-        return batch, False
+        return False
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -315,13 +337,18 @@ class Batcher(Generic[T, R]):
             if first is None:
                 stopping = True
                 continue
-            # Entries keep queueing while the gate is held elsewhere; the batch is closed after.
+            batch = self._forming = [first]
+            # Wait for batch-mates without the gate: another variant's batch may run meanwhile.
+            stop_seen = await self._fill(batch, first.deadline)
             async with self._gate or contextlib.nullcontext():
-                batch, stop_seen = await self._fill(first)
+                # What arrived while the gate was busy joins now, with no further waiting.
+                if not stop_seen:
+                    stop_seen = await self._fill(batch, -math.inf)
                 await self._execute(loop, batch)
             stopping = stopping or stop_seen
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:
+        self._forming = []
         size = 0
         for p in batch:
             self._dequeued(p)
@@ -365,8 +392,8 @@ class Batcher(Generic[T, R]):
                 _log.exception("batcher %s: on_batch callback failed", self.name)
 
     def _fail_waiting(self, error: BaseException) -> None:
-        waiting = [self._carry] if self._carry is not None else []
-        self._carry = None
+        waiting = [*self._forming, *([self._carry] if self._carry is not None else [])]
+        self._carry, self._forming = None, []
         while not self._queue.empty():
             entry = self._queue.get_nowait()
             if isinstance(entry, _Pending):

@@ -1,9 +1,11 @@
-"""Executor: serves one batch of requests with one variant (sample → gather → forward).
+"""Executor: serves one batch of requests with one variant through the shared inference path.
 
-A batch merges the node ids of several requests. The executor dedupes them, samples their k-hop
-neighborhoods once with the serving sampler (consistent per node, so a node's answer does not
-depend on its batch-mates), gathers the variant's kept feature columns for the sampled nodes, runs
-one forward pass under :func:`torch.inference_mode` and scatters the rows back to each request,
+A batch merges the node ids of several requests. The executor hands them to
+:meth:`gnnaas.inference.InferencePath.predict`, the routine the profiler measures too: it dedupes
+them (:func:`torch.unique`), samples their k-hop neighborhoods once with the serving sampler
+(consistent per node, so a node's answer does not depend on its batch-mates), gathers the
+variant's kept feature columns for the sampled nodes, runs one forward pass under
+:func:`torch.inference_mode` and scatters the rows back; the executor then splits them per request,
 with the time of each stage. It is blocking and meant to run in a worker thread; torch releases
 the GIL.
 
@@ -16,25 +18,17 @@ Shapes:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from gnnaas.inference import InferencePath, Sampler, StageTimes
+
 __all__ = ["ExecRequest", "ExecResult", "Executor", "Sampler", "StageTimes"]
-
-
-class Sampler(Protocol):
-    """What the executor needs from a sampler (``gnnaas.sampling.NeighborSampler`` fits)."""
-
-    def sample(self, seeds: Tensor) -> Any:
-        """Returns an object with ``n_id`` (seeds first), ``batch_size`` and ``blocks``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -49,20 +43,6 @@ class ExecRequest:
 
     nodes: Sequence[int] | Tensor
     proba: bool = False
-
-
-@dataclass(frozen=True)
-class StageTimes:
-    """Wall time (ms) of each stage of one batch."""
-
-    sample_ms: float
-    gather_ms: float
-    compute_ms: float
-
-    @property
-    def total_ms(self) -> float:
-        """Sum of the stages."""
-        return self.sample_ms + self.gather_ms + self.compute_ms
 
 
 @dataclass(frozen=True)
@@ -86,7 +66,8 @@ class Executor:
         model (torch.nn.Module): the variant's GNN, called as ``model(x, blocks)``.
         features (Tensor): ``[N, F_kept]`` the store's pruned feature copy for this variant
             (``store.feature_subset(kept)``), computed once.
-        sampler (Sampler): the dataset's consistent serving sampler for this variant's fanouts.
+        sampler (Sampler): the dataset's serving sampler for this variant's fanouts
+            (:func:`gnnaas.sampling.serving_sampler`).
         device (torch.device | str, optional): where the forward pass runs. (default: ``"cpu"``)
         multi_label (bool, optional): sigmoid outputs and 0/1 classes. (default: ``False``)
         name (str, optional): for ``repr`` and logs. (default: ``"executor"``)
@@ -106,6 +87,7 @@ class Executor:
         self.model = model.to(self.device).eval()
         self.features = features
         self.sampler = sampler
+        self.path = InferencePath(self.model, features, sampler, self.device)
         self.multi_label = multi_label
         self.name = name
         self.calls = 0  # batches served, read by tests and benchmarks
@@ -116,47 +98,26 @@ class Executor:
             f"features={tuple(self.features.shape)})"
         )
 
-    def _sync(self) -> None:
-        # Intended sync: stage clocks are only meaningful once queued device work is done.
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     def __call__(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """Serves ``requests`` with one sampled forward pass; one result per request, in order."""
         self.calls += 1
-        t0 = time.perf_counter()
         if all(isinstance(r.nodes, Tensor) for r in requests):
             merged = torch.cat([torch.as_tensor(r.nodes) for r in requests])
         else:  # one conversion per batch, not per request
             merged = torch.tensor(
                 list(itertools.chain.from_iterable(r.nodes for r in requests)), dtype=torch.long
             )
-        seeds, inverse = torch.unique(merged, return_inverse=True)  # [B], [sum n_r]
-        sub = self.sampler.sample(seeds)
-        t1 = time.perf_counter()
-
-        x = self.features.index_select(0, sub.n_id)  # [N_s, F_kept]
-        blocks = sub.blocks
-        if self.device.type != "cpu":
-            x = x.to(self.device, non_blocking=True)
-            blocks = [
-                dataclasses.replace(b, edge_index=b.edge_index.to(self.device)) for b in blocks
-            ]
-        self._sync()
-        t2 = time.perf_counter()
+        logits, times, _ = self.path.predict(merged)  # [sum n_r, C] on the host
 
         want_proba = any(r.proba for r in requests)
         with torch.inference_mode():
-            logits = self.model(x, blocks)[inverse]  # [sum n_r, C]
             if self.multi_label:
-                classes = (logits > 0).to(torch.int8).cpu()
-                proba = torch.sigmoid(logits).cpu() if want_proba else None
+                classes = (logits > 0).to(torch.int8)
+                proba = torch.sigmoid(logits) if want_proba else None
             else:
-                classes = logits.argmax(dim=-1).cpu()
-                proba = torch.softmax(logits, dim=-1).cpu() if want_proba else None
-        t3 = time.perf_counter()  # .cpu() above synchronizes
+                classes = logits.argmax(dim=-1)
+                proba = torch.softmax(logits, dim=-1) if want_proba else None
 
-        times = StageTimes((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         results = []
         start = 0
         for r in requests:

@@ -16,7 +16,16 @@ name                                 type       labels
 ``gnnaas_queue_depth_nodes``         gauge      dataset, variant
 ``gnnaas_in_flight_nodes``           gauge      dataset, variant
 ``gnnaas_rejections_total``          counter    reason
+``gnnaas_batch_predicted_seconds``   histogram  dataset, variant
+``gnnaas_batch_measured_seconds``    histogram  dataset, variant
+``gnnaas_batch_time_rel_error``      gauge      dataset, variant, stat (median_abs, median)
+``gnnaas_batch_time_samples``        gauge      dataset, variant
 ===================================  =========  ==============================================
+
+The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its profiled service
+curve, no load factor) and measured batch time; ``gnnaas_batch_time_rel_error`` is the median
+relative error ``measured / predicted - 1`` (signed, and absolute) over the variant's recent
+batches (:class:`~gnnaas.serving.drift.DriftRecord`), read at scrape time.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from gnnaas.serving.drift import DriftRecord
 
 __all__ = ["CONTENT_TYPE", "QueueDepth", "ServingMetrics"]
 
@@ -69,6 +80,31 @@ class _QueueCollector(Collector):
         yield running
 
 
+class _DriftCollector(Collector):
+    def __init__(self, records: dict[tuple[str, str], DriftRecord]) -> None:
+        self._records = records
+
+    def collect(self) -> Iterator[Metric]:
+        error = GaugeMetricFamily(
+            "gnnaas_batch_time_rel_error",
+            "Median relative error measured/predicted - 1 of recent batch times",
+            labels=["dataset", "variant", "stat"],
+        )
+        count = GaugeMetricFamily(
+            "gnnaas_batch_time_samples",
+            "Recent batches behind gnnaas_batch_time_rel_error",
+            labels=["dataset", "variant"],
+        )
+        for (dataset, variant), record in list(self._records.items()):
+            summary = record.summary()
+            count.add_metric([dataset, variant], summary["count"])
+            if summary["count"]:
+                error.add_metric([dataset, variant, "median_abs"], summary["median_abs_rel_error"])
+                error.add_metric([dataset, variant, "median"], summary["median_rel_error"])
+        yield error
+        yield count
+
+
 class ServingMetrics:
     """The router's metrics.
 
@@ -100,10 +136,26 @@ class ServingMetrics:
         self.rejections = Counter(
             "gnnaas_rejections", "Requests rejected, by reason", ["reason"], registry=r
         )
+        self.batch_predicted = Histogram(
+            "gnnaas_batch_predicted_seconds",
+            "Batch time predicted by the variant's profiled service curve (no load factor)",
+            labels,
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.batch_measured = Histogram(
+            "gnnaas_batch_measured_seconds",
+            "Measured batch time (handler wall time)",
+            labels,
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._drift: dict[tuple[str, str], DriftRecord] = {}
 
         r.register(_QueueCollector(lambda: self._queue_source()))
+        r.register(_DriftCollector(self._drift))
 
     def bind_queues(self, source: Callable[[], Iterable[QueueDepth]]) -> None:
         """Sets where ``gnnaas_queue_depth_nodes`` and ``gnnaas_in_flight_nodes`` are read."""
@@ -146,6 +198,17 @@ class ServingMetrics:
         self.batch_nodes.labels(dataset, variant).observe(num_nodes)
         if failed:
             self.batch_errors.labels(dataset, variant).inc()
+
+    def track_drift(self, dataset: str, variant: str, record: DriftRecord) -> None:
+        """Publishes ``record``'s summary as ``gnnaas_batch_time_rel_error`` at scrape time."""
+        self._drift[(dataset, variant)] = record
+
+    def batch_time(
+        self, dataset: str, variant: str, *, predicted_s: float, measured_s: float
+    ) -> None:
+        """Records one batch's predicted (profiled curve) and measured time."""
+        self.batch_predicted.labels(dataset, variant).observe(predicted_s)
+        self.batch_measured.labels(dataset, variant).observe(measured_s)
 
     def rejected(self, reason: str) -> None:
         """Records one rejected request, by reason.

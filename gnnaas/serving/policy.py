@@ -1,44 +1,89 @@
 """Variant selection: the fastest variant within a request's accuracy tolerance, given the load.
 
 Pure Python (no FastAPI, no torch) so that it can be unit-tested on its own and later run inside an
-ingress deployment that asks each replica for its queue.
+ingress deployment that asks each replica for its queue. :func:`select_variant` takes three
+structured arguments: the :class:`RequestSpec` (nodes, tolerance, SLO), the routable
+:class:`Candidate` s, and one frozen :class:`LoadSnapshot` that the router measures once per
+request (and that ``GET /v1/datasets/{dataset}/variants`` shows).
 
 The rule (ARCHITECTURE.md §6):
 
-* candidates are the variants whose profiled validation accuracy is within ``tolerance`` points
-  of the most accurate variant;
-* each candidate's predicted completion time is the work queued ahead of its next batch plus
-  the profiled service time of that batch with this request in it: ``wait + T(queued + n)``,
-  where ``queued`` are the nodes already waiting for the variant (a request joins their batch
-  rather than paying for one of its own) and ``T`` interpolates the profiled batch sizes
-  piecewise-linearly (linear extrapolation beyond them);
+* **admissible** candidates: with paired-difference columns in the profiles (every candidate has
+  a :class:`PairedDiff`), those that
+  :func:`gnnaas.profiling.uncertainty.admissible` admits for the tolerance (their paired loss
+  against the most accurate variant, at the stated confidence); otherwise (older profiles) those
+  whose point accuracy is within ``tolerance`` points of the most accurate;
+* the tolerance is the request's ``X-Accuracy-Tolerance``; without one it is 0 (the most accurate
+  variant), **except when the request gives only an SLO**: then every variant is admissible, so
+  ``X-Latency-SLO-Ms`` alone picks the most accurate variant predicted to meet it, else the
+  fastest;
+* each candidate's predicted completion time is the work queued ahead of the dataset's next batch
+  plus the time that candidate would take to serve the dataset's stream together with the
+  request: ``ahead + speed · T(stream + n)`` (in batches of at most ``max_batch_nodes``), where
+  ``T`` interpolates the profiled batch sizes piecewise-linearly (linear extrapolation beyond)
+  and ``stream = max(waiting, running)``: the dataset's nodes waiting now, or, when more, those in
+  its running batch. Under steady load the next batch gathers about as many nodes as the running
+  one while it runs, so right after a batch has closed the stream is still judged at its real
+  batch size; judging it by the few nodes waiting at that instant would make a variant with a
+  small fixed cost look faster and pull every other batch onto it (a limit cycle that splits the
+  stream and loses to a fixed choice);
 * without an SLO the candidate with the smallest predicted completion time wins; times within
-  ``tie_margin`` (relative) of the smallest count as ties and go to the most accurate of them, so
-  that profiling noise between variants of nearly equal speed does not scatter requests (and
-  their batches) over several variants, unless the caller names a variant to ``keep`` among the
-  ties (hysteresis under load); with an SLO the most accurate candidate predicted to meet
-  it wins, else the fastest.
+  ``tie_margin`` (relative) of the smallest count as ties and go to the most accurate of them,
+  unless the snapshot's ``current`` variant (the one the busy dataset's stream is on) is among the
+  ties: then it stays (hysteresis). A stream therefore moves only to a variant that is faster by
+  more than the margin, and the chosen time is never worse than the best admissible fixed choice
+  by more than the margin; with an SLO the most accurate candidate predicted to meet it wins,
+  else the fastest.
 
 Example:
     >>> curve = ServiceCurve((1, 32), (1.0, 4.1))
     >>> fast = Candidate("sage-lasso-8x", accuracy=80.0, service=curve)
     >>> slow = Candidate("sage-full-1x", accuracy=81.0, service=curve.scaled(3.0))
-    >>> select_variant([fast, slow], num_nodes=1, tolerance=2.0).variant_id
+    >>> select_variant(RequestSpec(1, tolerance=2.0), [fast, slow]).variant_id
     'sage-lasso-8x'
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
-from collections.abc import Collection, Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
-__all__ = ["Candidate", "Selection", "ServiceCurve", "candidates_within", "select_variant"]
+__all__ = [
+    "Candidate",
+    "LoadSnapshot",
+    "PairedDiff",
+    "RequestSpec",
+    "Selection",
+    "ServiceCurve",
+    "VariantLoad",
+    "candidates_within",
+    "select_variant",
+]
 
 # Accuracies are compared with a small slack so that 81.0 - 2.0 admits a variant at 79.0 exactly
 # despite floating-point noise in the profile table.
 _ACC_EPS = 1e-9
+
+AdmissibleRule = Callable[[float, float, float, float], bool]
+
+
+@functools.cache
+def _paired_rule() -> AdmissibleRule | None:
+    """:func:`gnnaas.profiling.uncertainty.admissible`, imported once on first use.
+
+    Imported lazily so that the policy stays importable on its own; ``None`` when the module is
+    missing (the point-accuracy rule applies then).
+    """
+    try:
+        from gnnaas.profiling.uncertainty import admissible
+    except ImportError:
+        return None
+    return admissible
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,32 @@ class ServiceCurve:
 
 
 @dataclass(frozen=True)
+class PairedDiff:
+    """A variant's paired accuracy difference to the most accurate variant on the same nodes.
+
+    Read from ``profiles.csv`` (``diff_best``, ``diff_best_lo``, ``diff_best_hi``, ``tie_best``);
+    the sign convention is that of :mod:`gnnaas.profiling.uncertainty`, which decides
+    admissibility.
+
+    Args:
+        diff_best (float): the paired difference in accuracy points.
+        lo (float): lower end of its 95% interval.
+        hi (float): upper end of its 95% interval.
+        tie_best (bool, optional): statistically indistinguishable from the most accurate
+            variant. (default: ``False``)
+        best_variant (str, optional): the variant the difference is taken against; the paired
+            rule applies only when every candidate names the same one and it is a candidate.
+            (default: ``None``: not recorded)
+    """
+
+    diff_best: float
+    lo: float
+    hi: float
+    tie_best: bool = False
+    best_variant: str | None = None
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A routable variant as the policy sees it.
 
@@ -109,11 +180,136 @@ class Candidate:
         variant_id (str): the variant's id, e.g. ``sage-lasso-4x``.
         accuracy (float): profiled validation accuracy in percent.
         service (ServiceCurve): profiled service time by batch size.
+        paired (PairedDiff, optional): paired difference to the most accurate variant; when every
+            candidate has one, admissibility uses it. (default: ``None``)
     """
 
     variant_id: str
     accuracy: float
     service: ServiceCurve
+    paired: PairedDiff | None = None
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What one request asks of the policy.
+
+    Args:
+        num_nodes (int): its number of target nodes.
+        tolerance (float, optional): accuracy points it accepts to lose versus the most accurate
+            variant; ``math.inf`` admits every variant. (default: ``None``: 0, or unbounded when
+            ``slo_ms`` is given)
+        slo_ms (float, optional): its latency target. (default: ``None``)
+
+    Raises:
+        ValueError: ``num_nodes < 1``, a negative or NaN tolerance, or an ``slo_ms`` that is not
+            a finite number > 0.
+    """
+
+    num_nodes: int
+    tolerance: float | None = None
+    slo_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1:
+            raise ValueError(f"RequestSpec needs num_nodes >= 1 (got {self.num_nodes})")
+        if self.tolerance is not None and not self.tolerance >= 0:  # also rejects NaN
+            raise ValueError(f"RequestSpec tolerance must be a number >= 0 (got {self.tolerance})")
+        if self.slo_ms is not None and (not math.isfinite(self.slo_ms) or self.slo_ms <= 0):
+            raise ValueError(f"RequestSpec slo_ms must be a finite number > 0 (got {self.slo_ms})")
+
+    @property
+    def effective_tolerance(self) -> float:
+        """The tolerance applied: as given; else unbounded with an SLO, else 0."""
+        if self.tolerance is not None:
+            return self.tolerance
+        return math.inf if self.slo_ms is not None else 0.0
+
+
+@dataclass(frozen=True)
+class VariantLoad:
+    """One variant's load in a :class:`LoadSnapshot`.
+
+    Args:
+        wait_ms (float, optional): predicted wait of a new request of the dataset on this
+            variant: the work ahead plus this variant's time for the dataset's stream
+            (:meth:`LoadSnapshot.completion_ms` with no new nodes). (default: ``0.0``)
+        queued_nodes (int, optional): nodes waiting on this variant's own lane. (default: ``0``)
+        running_ms (float, optional): predicted time left of its running batch. (default: ``0.0``)
+        speed (float, optional): measured observed / profiled time factor applied to its
+            profiled service times. (default: ``1.0``)
+        room_nodes (int, optional): nodes its queue accepts now. (default: unlimited)
+    """
+
+    wait_ms: float = 0.0
+    queued_nodes: int = 0
+    running_ms: float = 0.0
+    speed: float = 1.0
+    room_nodes: int = sys.maxsize
+
+
+_IDLE = VariantLoad()
+
+
+@dataclass(frozen=True)
+class LoadSnapshot:
+    """The load of one dataset's variants, measured once for one decision (or one readout).
+
+    Args:
+        ahead_ms (float, optional): work ahead of any new batch of the dataset: what is left of
+            the running batches plus other datasets' waiting work, per device slot.
+            (default: ``0.0``)
+        waiting_nodes (int, optional): the dataset's nodes waiting over all its variants.
+            (default: ``0``)
+        running_nodes (int, optional): the dataset's nodes in batches running now.
+            (default: ``0``)
+        variants (Mapping[str, VariantLoad], optional): per-variant load; missing ids are idle.
+            (default: ``{}``)
+        max_batch_nodes (int, optional): most nodes per batch; more waiting nodes are served in
+            several batches. (default: ``None``: one batch of any size)
+        current (str, optional): the variant the dataset's stream is on (its last routed
+            request), kept among near-ties while the device is busy. (default: ``None``)
+    """
+
+    ahead_ms: float = 0.0
+    waiting_nodes: int = 0
+    running_nodes: int = 0
+    variants: Mapping[str, VariantLoad] = field(default_factory=dict)
+    max_batch_nodes: int | None = None
+    current: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", MappingProxyType(dict(self.variants)))
+
+    @property
+    def busy(self) -> bool:
+        """Whether anything runs or waits ahead of the dataset's next batch.
+
+        A running batch counts even when it has overrun its predicted time (``ahead_ms`` 0).
+        """
+        return self.ahead_ms > 0 or self.waiting_nodes > 0 or self.running_nodes > 0
+
+    @property
+    def stream_nodes(self) -> int:
+        """The dataset's stream as the next batch will see it: ``max(waiting, running)``."""
+        return max(self.waiting_nodes, self.running_nodes, 0)
+
+    def load(self, variant_id: str) -> VariantLoad:
+        """The load of ``variant_id`` (idle when unknown)."""
+        return self.variants.get(variant_id, _IDLE)
+
+    def completion_ms(self, variant_id: str, service: ServiceCurve, num_nodes: int) -> float:
+        """Predicted completion of ``num_nodes`` more nodes served by ``variant_id``.
+
+        ``ahead + speed · T(stream_nodes + num_nodes)``; with ``num_nodes=0`` it is the
+        variant's predicted wait (:attr:`VariantLoad.wait_ms`).
+        """
+        return self.completion_at(service, num_nodes, self.load(variant_id).speed)
+
+    def completion_at(self, service: ServiceCurve, num_nodes: int, speed: float) -> float:
+        """:meth:`completion_ms` for a curve measured at ``speed`` (observed / profiled)."""
+        serve = service.predict_batched(self.stream_nodes + num_nodes, self.max_batch_nodes)
+        return max(0.0, self.ahead_ms) + speed * serve
 
 
 @dataclass(frozen=True)
@@ -125,7 +321,7 @@ class Selection:
         predicted_ms (float): its predicted completion time (queue wait + service time).
         wait_ms (float): the queue wait part of ``predicted_ms``.
         meets_slo (bool | None): whether the prediction meets the SLO (``None`` without an SLO).
-        considered (tuple[str, ...]): the candidates within tolerance, most accurate first.
+        considered (tuple[str, ...]): the admissible candidates, most accurate first.
     """
 
     variant_id: str
@@ -135,96 +331,103 @@ class Selection:
     considered: tuple[str, ...] = field(default=())
 
 
+def _paired_comparable(candidates: Sequence[Candidate]) -> bool:
+    """Whether every candidate has a paired difference, all against one routable best."""
+    bests = set()
+    for c in candidates:
+        if c.paired is None:
+            return False
+        bests.add(c.paired.best_variant)
+    if len(bests) != 1:
+        return False
+    (best,) = bests
+    return best is None or any(c.variant_id == best for c in candidates)
+
+
 def candidates_within(candidates: Sequence[Candidate], tolerance: float) -> list[Candidate]:
-    """The candidates within ``tolerance`` points of the most accurate one, most accurate first.
+    """The candidates admissible under ``tolerance``, most accurate first.
+
+    With a :class:`PairedDiff` on every candidate, all against the same routable best variant
+    (and :mod:`gnnaas.profiling.uncertainty` available), a candidate is admitted when
+    ``admissible(diff_best, lo, hi, tolerance)`` holds;
+    otherwise when its point accuracy is within ``tolerance`` points of the most accurate one.
+    ``math.inf`` admits every candidate. Should the paired rule admit none, the point rule
+    applies (the most accurate variant is always admissible).
 
     Raises:
-        ValueError: when ``candidates`` is empty or ``tolerance`` is not a finite number >= 0.
+        ValueError: when ``candidates`` is empty or ``tolerance`` is not a number >= 0.
     """
     if not candidates:
         raise ValueError("candidates_within needs at least one candidate (got none)")
-    if not math.isfinite(tolerance) or tolerance < 0:
-        raise ValueError(f"tolerance must be a finite number >= 0 (got {tolerance})")
-    best = max(c.accuracy for c in candidates)
-    kept = [c for c in candidates if c.accuracy >= best - tolerance - _ACC_EPS]
+    if not tolerance >= 0:  # also rejects NaN
+        raise ValueError(f"candidates_within tolerance must be a number >= 0 (got {tolerance})")
+    kept: list[Candidate] = []
+    if math.isinf(tolerance):
+        kept = list(candidates)
+    else:
+        rule = _paired_rule() if _paired_comparable(candidates) else None
+        if rule is not None:
+            kept = [
+                c
+                for c in candidates
+                if c.paired is not None
+                and rule(c.paired.diff_best, c.paired.lo, c.paired.hi, tolerance)
+            ]
+        if not kept:
+            best = max(c.accuracy for c in candidates)
+            kept = [c for c in candidates if c.accuracy >= best - tolerance - _ACC_EPS]
     # Stable sort: equal accuracies keep the caller's order, so selection is deterministic.
     return sorted(kept, key=lambda c: -c.accuracy)
 
 
 def select_variant(
+    request: RequestSpec,
     candidates: Sequence[Candidate],
+    snapshot: LoadSnapshot | None = None,
     *,
-    num_nodes: int,
-    tolerance: float = 0.0,
-    wait_ms: Mapping[str, float] | None = None,
-    queued_nodes: Mapping[str, int] | None = None,
-    slo_ms: float | None = None,
     tie_margin: float = 0.0,
-    max_batch_nodes: int | None = None,
-    full: Collection[str] = (),
-    keep: str | None = None,
-    speed: float = 1.0,
 ) -> Selection:
     """Picks the variant for one request.
 
     Args:
+        request (RequestSpec): nodes, tolerance and SLO of the request.
         candidates (Sequence[Candidate]): the routable variants of the dataset.
-        num_nodes (int): the request's number of target nodes (its batch size).
-        tolerance (float, optional): accuracy points the client accepts to lose versus the most
-            accurate candidate. (default: ``0.0``)
-        wait_ms (Mapping[str, float], optional): work (ms) queued ahead of each variant's next
-            batch (the load snapshot); missing ids count as idle. (default: ``None``)
-        queued_nodes (Mapping[str, int], optional): nodes already waiting for each variant's next
-            batch, which this request would join; missing ids count as none. (default: ``None``)
-        slo_ms (float, optional): the client's latency target. (default: ``None``)
+        snapshot (LoadSnapshot, optional): the load measured for this decision.
+            (default: ``None``: idle)
         tie_margin (float, optional): predicted times within this fraction of the smallest are
-            ties, won by the most accurate. (default: ``0.0``)
-        max_batch_nodes (int, optional): most nodes per batch; more queued nodes are served in
-            several batches. (default: ``None``: one batch of any size)
-        full (Collection[str], optional): variants whose queue cannot take the request; skipped
-            unless every candidate is full. (default: ``()``)
-        keep (str, optional): the variant that served the dataset's last requests; under load
-            the caller passes it so that it stays chosen while its predicted time is within
-            ``tie_margin`` of the fastest (hysteresis: a stream is not split over two variants
-            whose times cross back and forth). (default: ``None``)
-        speed (float, optional): the device's measured observed / profiled time factor; every
-            profiled service time is multiplied by it. (default: ``1.0``)
+            ties, won by the snapshot's ``current`` variant while busy, else by the most
+            accurate. (default: ``0.0``)
 
     Returns:
-        Selection: the chosen variant and its prediction.
+        Selection: the chosen variant and its prediction. Variants whose queue has no room for
+        the request are skipped unless every admissible one is full.
 
     Raises:
-        ValueError: on no candidates, a bad tolerance, ``num_nodes < 1``, a bad ``slo_ms`` or
-            a negative ``tie_margin``.
+        ValueError: on no candidates or a negative ``tie_margin``.
     """
-    if num_nodes < 1:
-        raise ValueError(f"select_variant needs num_nodes >= 1 (got {num_nodes})")
-    if slo_ms is not None and (not math.isfinite(slo_ms) or slo_ms <= 0):
-        raise ValueError(f"slo_ms must be a finite number > 0 (got {slo_ms})")
     if not math.isfinite(tie_margin) or tie_margin < 0:
-        raise ValueError(f"tie_margin must be a finite number >= 0 (got {tie_margin})")
-    within = candidates_within(candidates, tolerance)
+        raise ValueError(
+            f"select_variant tie_margin must be a finite number >= 0 (got {tie_margin})"
+        )
+    snap = snapshot or LoadSnapshot()
+    n, slo_ms = request.num_nodes, request.slo_ms
+    within = candidates_within(candidates, request.effective_tolerance)
     considered = tuple(c.variant_id for c in within)
-    if full:
-        within = [c for c in within if c.variant_id not in full] or within
-    waits, queued = wait_ms or {}, queued_nodes or {}
-    # (predicted, wait, candidate) in most-accurate-first order.
-    scored = []
-    for c in within:
-        wait = max(0.0, waits.get(c.variant_id, 0.0))
-        batch = max(0, queued.get(c.variant_id, 0)) + num_nodes
-        serve = speed * c.service.predict_batched(batch, max_batch_nodes)
-        scored.append((wait + serve, wait, c))
+    within = [c for c in within if snap.load(c.variant_id).room_nodes >= n] or within
+    wait = max(0.0, snap.ahead_ms)
+    # (predicted, candidate) in most-accurate-first order.
+    scored = [(snap.completion_ms(c.variant_id, c.service, n), c) for c in within]
 
     if slo_ms is not None:
-        for predicted, wait, c in scored:  # most accurate first
+        for predicted, c in scored:  # most accurate first
             if predicted <= slo_ms:
                 return Selection(c.variant_id, predicted, wait, True, considered)
 
     # `scored` is most accurate first, so the first within the tie band is the most accurate tie.
     band = min(s[0] for s in scored) * (1.0 + tie_margin)
     ties = [s for s in scored if s[0] <= band]
-    predicted, wait, c = next((s for s in ties if s[2].variant_id == keep), ties[0])
+    keep = snap.current if snap.busy else None
+    predicted, c = next((s for s in ties if s[1].variant_id == keep), ties[0])
     return Selection(
         c.variant_id, predicted, wait, False if slo_ms is not None else None, considered
     )

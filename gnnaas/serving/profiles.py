@@ -1,5 +1,10 @@
 """Profiles as the router reads them: validation accuracy and service time by batch size.
 
+Profiles written with accuracy intervals (:mod:`gnnaas.profiling.uncertainty`) also give each
+variant its 95% accuracy interval and its paired difference to the most accurate variant
+(:class:`~gnnaas.serving.policy.PairedDiff`); older tables without those columns still load, and
+the policy then admits by point accuracy.
+
 Reads ``profiles/<dataset>/profiles.csv`` and ``service_times.csv`` through
 :mod:`gnnaas.profiling.table` once, at start-up; nothing here runs per request. A missing or bad
 table never raises: the affected variants get a reason instead, and are not routed to.
@@ -14,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gnnaas.errors import ArtifactError
-from gnnaas.serving.policy import ServiceCurve
+from gnnaas.serving.policy import PairedDiff, ServiceCurve
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,9 +28,10 @@ __all__ = ["VariantProfile", "profile_of", "read_profile_tables"]
 
 # Profile columns shown by GET /v1/datasets/{dataset}/variants, in this order.
 _PROFILE_SUMMARY = (
-    "batch_size", "accuracy", "accuracy_std", "sample_ms", "comm_ms", "comp_ms", "latency_ms",
-    "latency_p95_ms", "latency_p99_ms", "e2e_ms", "comm_comp", "size_kb", "mem_mb", "unique_frac",
-    "device", "threads", "date",
+    "batch_size", "accuracy", "accuracy_std", "accuracy_lo", "accuracy_hi", "best_variant",
+    "diff_best", "diff_best_lo", "diff_best_hi", "tie_best", "sample_ms", "comm_ms", "comp_ms",
+    "latency_ms", "latency_p95_ms", "latency_p99_ms", "e2e_ms", "comm_comp", "size_kb", "mem_mb",
+    "unique_frac", "device", "threads", "date",
 )  # fmt: skip
 
 
@@ -38,12 +44,21 @@ class VariantProfile:
         service (ServiceCurve): end-to-end service time (``e2e_ms``) by batch size.
         test_accuracy (float, optional): test accuracy in percent. (default: ``None``)
         summary (dict, optional): profile columns shown by the variants endpoint. (default: ``{}``)
+        accuracy_lo (float, optional): lower end of the accuracy's 95% interval.
+            (default: ``None``: profiles written before intervals existed)
+        accuracy_hi (float, optional): upper end of that interval. (default: ``None``)
+        paired (PairedDiff, optional): paired difference to the split's most accurate variant
+            (``diff_best``, ``diff_best_lo``, ``diff_best_hi``, ``tie_best``, ``best_variant``);
+            the policy admits by it when every candidate has one. (default: ``None``)
     """
 
     accuracy: float
     service: ServiceCurve
     test_accuracy: float | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    accuracy_lo: float | None = None
+    accuracy_hi: float | None = None
+    paired: PairedDiff | None = None
 
 
 def _clean(value: Any) -> Any:
@@ -53,6 +68,39 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _number(row: Mapping[str, Any], column: str) -> float | None:
+    """``row[column]`` as a finite float; ``None`` when absent, empty or not a number."""
+    try:
+        value = float(_clean(row.get(column)))
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _flag(value: Any) -> bool:
+    """A ``tie_best`` cell (bool, 0/1 or ``"True"``/``"False"`` text) as a bool."""
+    value = _clean(value)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value) if value is not None else False
+
+
+def _paired(row: Mapping[str, Any]) -> PairedDiff | None:
+    """The row's paired difference to the best variant; ``None`` without (finite) ``diff_best``."""
+    diff = _number(row, "diff_best")
+    if diff is None:
+        return None
+    lo, hi = _number(row, "diff_best_lo"), _number(row, "diff_best_hi")
+    best = _clean(row.get("best_variant"))
+    return PairedDiff(
+        diff_best=diff,
+        lo=math.nan if lo is None else lo,
+        hi=math.nan if hi is None else hi,
+        tie_best=_flag(row.get("tie_best")),
+        best_variant=None if best in (None, "") else str(best),
+    )
 
 
 def read_profile_tables(
@@ -111,6 +159,9 @@ def profile_of(
     test = by_split.get("test")
     summary = {k: _clean(row[k]) for k in _PROFILE_SUMMARY if k in row}
     summary["split"] = split
+    paired = _paired(row)
+    if "tie_best" in summary:
+        summary["tie_best"] = None if paired is None else paired.tie_best
     summary["service_times"] = sorted(curves[variant_id], key=lambda p: p["batch_size"])
     return (
         VariantProfile(
@@ -118,6 +169,9 @@ def profile_of(
             service=curve,
             test_accuracy=None if test is None else _clean(test["accuracy"]),
             summary=summary,
+            accuracy_lo=_number(row, "accuracy_lo"),
+            accuracy_hi=_number(row, "accuracy_hi"),
+            paired=paired,
         ),
         None,
     )

@@ -136,7 +136,7 @@ class ServedDataset:
 
     def __post_init__(self) -> None:
         self.candidates = tuple(
-            Candidate(v.variant_id, v.profile.accuracy, v.profile.service)
+            Candidate(v.variant_id, v.profile.accuracy, v.profile.service, v.profile.paired)
             for v in self.variants.values()
             if v.routable and v.profile is not None
         )
@@ -168,9 +168,12 @@ class ServedDataset:
 def consistent_sampler_factory(seed: int = 0, mode: str = "depth") -> SamplerFactory:
     """Builds the serving sampler of a store for given fanouts.
 
+    The sampler is :func:`gnnaas.sampling.serving_sampler`, the one the profiler measures with
+    (``gnnaas profile`` uses the same defaults, seed ``0`` and ``depth``).
+
     Args:
         seed (int, optional): key of the hashed draws. (default: ``0``)
-        mode (str, optional): ``depth``: :class:`~gnnaas.serving.sampler.DepthSampler`, a node's
+        mode (str, optional): ``depth``: :class:`~gnnaas.sampling.DepthSampler`, a node's
             answer never depends on its batch-mates; ``shared``:
             ``NeighborSampler(consistent=True)``, a little faster, answers can drift slightly
             when batch-mates are neighbors. (default: ``depth``)
@@ -179,15 +182,9 @@ def consistent_sampler_factory(seed: int = 0, mode: str = "depth") -> SamplerFac
         raise ValueError(f"sampler mode must be 'depth' or 'shared' (got {mode!r})")
 
     def build(store: Store, fanouts: tuple[int, ...]) -> Sampler:
-        from gnnaas.sampling import NeighborSampler
-        from gnnaas.serving.sampler import DepthSampler
+        from gnnaas.sampling import serving_sampler
 
-        if mode == "depth":
-            return DepthSampler(store.rowptr, store.col, fanouts, seed=seed)
-        sampler: Sampler = NeighborSampler(
-            store.rowptr, store.col, list(fanouts), consistent=True, seed=seed
-        )
-        return sampler
+        return serving_sampler(store.rowptr, store.col, fanouts, seed=seed, mode=mode)
 
     return build
 
@@ -259,7 +256,7 @@ class VariantRegistry:
             stores (Mapping[str, Store] | Iterable[Store]): graph stores, by dataset name.
             variants (Iterable[ServingVariant]): variants; ``variant.dataset`` names their store.
             sampler_factory (SamplerFactory, optional): ``(store, fanouts) -> sampler``; by default
-                the consistent :class:`~gnnaas.sampling.NeighborSampler`. (default: ``None``)
+                the serving :class:`~gnnaas.sampling.DepthSampler`. (default: ``None``)
             notes (Iterable[str], optional): extra readiness notes. (default: ``()``)
             device (str | torch.device, optional): where forward passes run. (default: ``"cpu"``)
 

@@ -2,13 +2,16 @@
 
 :class:`Router` is plain Python (no FastAPI types), so that the same object could sit behind another
 ingress later (ARCHITECTURE.md §7). For every request it takes a load snapshot from its own
-batchers, asks the pure :func:`~gnnaas.serving.policy.select_variant` for a variant (or honours a
-pinned one), and queues the request on that variant's batcher.
+batchers (one frozen :class:`~gnnaas.serving.policy.LoadSnapshot`, the same object that
+``GET /v1/datasets/{dataset}/variants`` shows), asks the pure
+:func:`~gnnaas.serving.policy.select_variant` for a variant (or honours a pinned one), and queues
+the request on that variant's batcher.
 
 All variants of a process share one device, and at most ``max_concurrent_batches`` batches run on
 it at once (a shared gate; on a CPU one batch already uses every intra-op thread, so two batches
-of different variants would only slow each other down). A batch is closed when the gate lets it
-run, so requests keep merging into it while other batches run. The load model follows: before a
+of different variants would only slow each other down). A batcher takes the gate only once its
+batch is full or has waited ``max_wait_ms``, and requests keep merging into it while other batches
+run. The load model follows: before a
 new batch of any variant can start, the running batches must finish and the nodes already
 waiting must be served. The policy therefore scores each candidate by the time *it* would take to
 serve the dataset's waiting nodes together with the new request (in batches of at most
@@ -26,6 +29,7 @@ that profiled is noticed after a few batches.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,9 +41,16 @@ from torch import Tensor
 
 from gnnaas.errors import ConfigError
 from gnnaas.serving.batcher import Batcher, BatchStats
+from gnnaas.serving.drift import DriftRecord
 from gnnaas.serving.executor import ExecRequest, ExecResult, Executor
 from gnnaas.serving.metrics import QueueDepth, ServingMetrics
-from gnnaas.serving.policy import Selection, select_variant
+from gnnaas.serving.policy import (
+    LoadSnapshot,
+    RequestSpec,
+    Selection,
+    VariantLoad,
+    select_variant,
+)
 from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.settings import Settings
 
@@ -137,7 +148,13 @@ class Speed:
 
 
 class Lane:
-    """One variant's executor and batcher, with the device's measured speed."""
+    """One variant's executor and batcher, with the device's measured speed.
+
+    Every served batch is also recorded as (batch nodes, time predicted by the variant's
+    unscaled profiled curve, measured time) in :attr:`drift` (a
+    :class:`~gnnaas.serving.drift.DriftRecord`, published by ``/metrics``), so a curve that is
+    wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
+    """
 
     def __init__(
         self,
@@ -155,6 +172,8 @@ class Lane:
         self.handler = handler
         self.speed = speed
         self._metrics = metrics
+        self.drift = DriftRecord()
+        metrics.track_drift(dataset.name, variant.variant_id, self.drift)
         self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
             handler,
             name=f"{dataset.name}/{variant.variant_id}",
@@ -181,7 +200,26 @@ class Lane:
         profile = self.variant.profile
         if stats.error is not None or profile is None:
             return
-        self.speed.observe(stats.duration_s * 1e3, profile.service.predict(stats.batch_size))
+        predicted_ms = profile.service.predict(stats.batch_size)
+        measured_ms = stats.duration_s * 1e3
+        self.speed.observe(measured_ms, predicted_ms)
+        self.drift.add(stats.batch_size, predicted_ms=predicted_ms, measured_ms=measured_ms)
+        self._metrics.batch_time(
+            self.dataset.name,
+            self.variant.variant_id,
+            predicted_s=predicted_ms / 1e3,
+            measured_s=stats.duration_s,
+        )
+
+    def drift_summary(self) -> dict[str, Any]:
+        """Predicted (unscaled profiled curve) vs measured batch time of recent batches.
+
+        Returns:
+            dict: :meth:`~gnnaas.serving.drift.DriftRecord.summary` (``count``,
+            ``median_abs_rel_error``, ``median_rel_error``, ``predicted_ms_median``,
+            ``measured_ms_median``, ``by_batch_nodes``).
+        """
+        return self.drift.summary()
 
     def running_ms(self, now: float) -> float:
         """Predicted time left of the running batch (0 when idle or unprofiled)."""
@@ -272,38 +310,48 @@ class Router:
         """The lane of one variant (``KeyError`` when unknown)."""
         return self._lanes[(dataset, variant_id)]
 
-    def _backlog(self, dataset: ServedDataset) -> tuple[float, int]:
-        """Work (ms) ahead of any new batch of ``dataset``, and the dataset's waiting nodes.
+    def load_snapshot(self, dataset: ServedDataset) -> LoadSnapshot:
+        """The load of ``dataset``'s variants, measured now: one frozen object per decision.
 
-        The work ahead is what is left of the running batches plus the waiting work of other
-        datasets' variants, shared among the ``max_concurrent_batches`` slots.
+        The work ahead of a new batch of ``dataset`` is what is left of the running batches plus
+        the waiting work of other datasets' variants, shared among the
+        ``max_concurrent_batches`` slots; the dataset's stream (its waiting nodes, or its running
+        batch's when more) counts for every variant (a variant that takes the stream serves it).
+        Each variant's ``wait_ms`` is the policy's predicted completion with no new nodes (0 for
+        unprofiled variants, which are never routed to). The policy and
+        ``GET /v1/datasets/{dataset}/variants`` both read this object.
         """
         now = time.monotonic()
-        ahead, waiting = 0.0, 0
+        ahead, waiting, running = 0.0, 0, 0
         for (name, _), lane in self._lanes.items():
             ahead += lane.running_ms(now)
             if name == dataset.name:
                 waiting += lane.batcher.queued_nodes
+                running += lane.batcher.in_flight_nodes
             else:
                 ahead += lane.queued_ms()
-        return ahead / self.settings.max_concurrent_batches, waiting
-
-    def load_snapshot(self, dataset: ServedDataset) -> dict[str, float]:
-        """Predicted wait (ms) of a new request of ``dataset`` on each variant, measured now.
-
-        That is the work ahead plus the time the variant would take to serve the nodes waiting
-        now (0 for unprofiled variants, which are never routed to).
-        """
-        ahead, waiting = self._backlog(dataset)
-        out = {}
+        base = LoadSnapshot(
+            ahead_ms=ahead / self.settings.max_concurrent_batches,
+            waiting_nodes=waiting,
+            running_nodes=running,
+            max_batch_nodes=self.settings.max_batch_nodes,
+            current=self._last.get(dataset.name),
+        )
+        loads = {}
         for v, variant in dataset.variants.items():
-            profile = variant.profile
-            if profile is None or (dataset.name, v) not in self._lanes:
-                out[v] = 0.0
+            own = self._lanes.get((dataset.name, v))
+            if own is None:
                 continue
-            serve = profile.service.predict_batched(waiting, self.settings.max_batch_nodes)
-            out[v] = ahead + self.speed.factor * serve
-        return out
+            profile, speed = variant.profile, own.scale
+            loads[v] = VariantLoad(
+                # the policy's own prediction, with no new nodes
+                wait_ms=0.0 if profile is None else base.completion_at(profile.service, 0, speed),
+                queued_nodes=own.batcher.queued_nodes,
+                running_ms=own.running_ms(now),
+                speed=speed,
+                room_nodes=own.batcher.room_nodes,
+            )
+        return dataclasses.replace(base, variants=loads)
 
     def queue_depths(self) -> Iterator[QueueDepth]:
         """Queued and running nodes of every variant (read by ``/metrics``)."""
@@ -315,11 +363,14 @@ class Router:
         dataset: ServedDataset,
         num_nodes: int,
         *,
-        tolerance: float = 0.0,
+        tolerance: float | None = None,
         slo_ms: float | None = None,
         pinned: str | None = None,
     ) -> tuple[ServingVariant, Selection | None]:
         """The variant for a request: ``pinned`` if given, else the policy's choice.
+
+        ``tolerance=None`` means none was given: 0 (the most accurate variant), or every variant
+        when ``slo_ms`` is given (see :mod:`gnnaas.serving.policy`).
 
         Raises:
             NotFoundError: ``pinned`` names no variant of the dataset.
@@ -333,26 +384,11 @@ class Router:
                     f"known variants: {known}"
                 )
             return variant, None
-        ahead, waiting = self._backlog(dataset)
-        candidates = dataset.candidates
         selection = select_variant(
-            candidates,
-            num_nodes=num_nodes,
-            tolerance=tolerance,
-            wait_ms=dict.fromkeys((c.variant_id for c in candidates), ahead),
-            queued_nodes=dict.fromkeys((c.variant_id for c in candidates), waiting),
-            slo_ms=slo_ms,
+            RequestSpec(num_nodes, tolerance, slo_ms),
+            dataset.candidates,
+            self.load_snapshot(dataset),
             tie_margin=self.settings.tie_margin,
-            max_batch_nodes=self.settings.max_batch_nodes,
-            full=[
-                c.variant_id
-                for c in candidates
-                if not self._lanes[(dataset.name, c.variant_id)].batcher.has_room(num_nodes)
-            ],
-            # Busy: stay on the variant the stream is on while it is a near-tie. Idle: the most
-            # accurate near-tie again.
-            keep=self._last.get(dataset.name) if ahead > 0 or waiting > 0 else None,
-            speed=self.speed.factor,
         )
         self._last[dataset.name] = selection.variant_id
         return dataset.variants[selection.variant_id], selection
@@ -363,7 +399,7 @@ class Router:
         nodes: Sequence[int] | Tensor,
         *,
         proba: bool = False,
-        tolerance: float = 0.0,
+        tolerance: float | None = None,
         slo_ms: float | None = None,
         pinned: str | None = None,
     ) -> Prediction:

@@ -1,25 +1,59 @@
-"""Variants: feature rankings, training, generation pipeline and the variant repository."""
+"""Variants: feature rankings, training, generation pipeline and the variant repository.
 
-from gnnaas.variants.pipeline import GenerateRow, generate_variants
-from gnnaas.variants.ranking import (
-    Ranking,
-    first_layer_terms,
-    greedy_ranking,
-    greedy_scores,
-    lasso_ranking,
-    random_ranking,
-    rank_features,
-)
-from gnnaas.variants.repository import (
-    FULL_RANKING,
-    MANIFEST_FORMAT,
-    LoadedVariant,
-    Manifest,
-    VariantRepository,
-    VariantSpec,
-    library_versions,
-)
-from gnnaas.variants.training import TrainConfig, TrainResult, evaluate, train_model
+Names resolve lazily (PEP 562): ``from gnnaas.variants import VariantRepository`` imports only
+``repository.py``, so the server never loads training code it does not run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnaas.variants.pipeline import GenerateRow, generate_variants
+    from gnnaas.variants.ranking import (
+        Ranking,
+        first_layer_terms,
+        greedy_ranking,
+        greedy_scores,
+        lasso_ranking,
+        random_ranking,
+        rank_features,
+    )
+    from gnnaas.variants.repository import (
+        FULL_RANKING,
+        MANIFEST_FORMAT,
+        LoadedVariant,
+        Manifest,
+        VariantRepository,
+        VariantSpec,
+        library_versions,
+    )
+    from gnnaas.variants.training import TrainConfig, TrainResult, evaluate, train_model
+
+_SOURCES = {
+    "pipeline": ("GenerateRow", "generate_variants"),
+    "ranking": (
+        "Ranking",
+        "first_layer_terms",
+        "greedy_ranking",
+        "greedy_scores",
+        "lasso_ranking",
+        "random_ranking",
+        "rank_features",
+    ),
+    "repository": (
+        "FULL_RANKING",
+        "MANIFEST_FORMAT",
+        "LoadedVariant",
+        "Manifest",
+        "VariantRepository",
+        "VariantSpec",
+        "library_versions",
+    ),
+    "training": ("TrainConfig", "TrainResult", "evaluate", "train_model"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "FULL_RANKING",
@@ -43,3 +77,16 @@ __all__ = [
     "rank_features",
     "train_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,7 +2,10 @@
 
 Training is inductive: the model only sees the subgraph induced by the training nodes
 (``store.induced(store.train_idx)``), sampled with a seeded ``torch.Generator``; validation and
-test run on the full graph with consistent sampling, so an evaluation is deterministic. Every
+test run on the full graph through the server's execution path
+(:class:`gnnaas.inference.InferencePath` with the serving sampler,
+:func:`gnnaas.sampling.serving_sampler`), so an evaluation is deterministic, does not depend on
+the batch size, and scores what the server would answer. Every
 variant of a dataset trains with the same :class:`TrainConfig`; a variant's kept features
 (``keep``) only change the input width.
 
@@ -31,6 +34,7 @@ from gnnaas.utils import resolve_device
 
 if TYPE_CHECKING:
     from gnnaas.data import GraphStore
+    from gnnaas.inference import InferencePath
     from gnnaas.sampling import Block, NeighborSampler
 
 __all__ = ["TrainConfig", "TrainResult", "evaluate", "train_model"]
@@ -174,9 +178,6 @@ def train_model(
             f"train_model needs validation nodes for early stopping; store '{store.name}' has none"
         )
     train_sampler = NeighborSampler(train.rowptr, train.col, config.fanouts, seed=config.seed)
-    eval_sampler = NeighborSampler(
-        store.rowptr, store.col, config.fanouts, consistent=True, seed=config.seed
-    )
 
     torch.manual_seed(config.seed)  # init and dropout
     generator = torch.Generator().manual_seed(config.seed)  # shuffling and sampling
@@ -189,6 +190,8 @@ def train_model(
         dropout=config.dropout,
     ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    # Validation and test run the served pipeline: serving sampler (its default seed), full graph.
+    eval_path = _eval_path(model, store, x_full, config.fanouts, 0, device)
     _log.info(
         "dataset: %s  arch: %s  in_channels: %d  train_nodes: %d  device: %s",
         store.name,
@@ -210,9 +213,7 @@ def train_model(
             bar.update(1)
             if epoch % config.eval_every != 0 and epoch != config.max_epochs:
                 continue
-            val_acc = _evaluate(
-                model, eval_sampler, x_full, store.y, store.val_idx, config.batch_size, device
-            )
+            val_acc = _evaluate(eval_path, store.y, store.val_idx, config.batch_size)
             history.append({"epoch": float(epoch), "loss": loss, "val_acc": val_acc})
             _log.info("epoch: %03d  loss: %.4f  val_acc: %.4f", epoch, loss, val_acc)
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.4f}")
@@ -226,9 +227,7 @@ def train_model(
         bar.close()
 
     model.load_state_dict(best_state)
-    test_acc = _evaluate(
-        model, eval_sampler, x_full, store.y, store.test_idx, config.batch_size, device
-    )
+    test_acc = _evaluate(eval_path, store.y, store.test_idx, config.batch_size)
     model = model.cpu().eval()
     train_time_s = time.perf_counter() - start
     _log.info(
@@ -263,10 +262,11 @@ def evaluate(
 ) -> float:
     """Accuracy (F1-micro for multi-label) of ``model`` on ``nodes`` of the full graph.
 
-    Neighborhoods are sampled consistently (each node's draw depends on its id, the hop and
-    ``seed`` only), so the result is deterministic for given ``nodes`` and ``batch_size``. It can
-    still move slightly with ``batch_size``: the sampler expands every node once, at the hop that
-    first reaches it, so a neighbor that is also a seed of the batch brings its hop-0 sample.
+    Batches run through the server's execution path (:class:`gnnaas.inference.InferencePath`)
+    with the serving sampler (:func:`gnnaas.sampling.serving_sampler`): each node's sampled
+    computation tree depends on its id, the depth and ``seed`` only, never on its batch-mates, so
+    the result is deterministic and does not depend on ``batch_size`` (up to float summation
+    order).
 
     Args:
         model (GNN): a model whose input width is ``len(keep)`` (or ``store.num_features``);
@@ -277,12 +277,12 @@ def evaluate(
         fanouts (Sequence[int], optional): neighbors per hop, PyG order. (default: ``(25, 10)``)
         batch_size (int, optional): seeds per batch. (default: ``1024``)
         device (str | torch.device, optional): where the model runs. (default: ``"cpu"``)
-        seed (int, optional): seed of the consistent sampler. (default: ``0``)
+        seed (int, optional): seed of the serving sampler (the server's ``GNNAAS_SEED``).
+            (default: ``0``)
 
     Returns:
         float: the metric in ``[0, 1]``.
     """
-    from gnnaas.sampling import NeighborSampler
 
     _check_positive_int("evaluate", "batch_size", batch_size)
     nodes = torch.as_tensor(nodes, dtype=torch.int64)
@@ -298,11 +298,11 @@ def evaluate(
             f"evaluate: the model reads {model.in_channels} features but keep selects {x.size(1)}; "
             "pass the variant's kept feature ids as keep"
         )
-    sampler = NeighborSampler(store.rowptr, store.col, tuple(fanouts), consistent=True, seed=seed)
     was_training = model.training
     model.to(device)
     try:
-        return _evaluate(model, sampler, x, store.y, nodes, batch_size, device)
+        path = _eval_path(model, store, x, fanouts, seed, device)
+        return _evaluate(path, store.y, nodes, batch_size)
     finally:
         model.train(was_training)
 
@@ -343,40 +343,36 @@ def _train_epoch(
     return float(total) / seeds.numel()  # one sync per epoch
 
 
-def _evaluate(
+def _eval_path(
     model: GNN,
-    sampler: NeighborSampler,
+    store: GraphStore,
     x: Tensor,
-    y: Tensor,
-    nodes: Tensor,
-    batch_size: int,
+    fanouts: Sequence[int],
+    seed: int,
     device: torch.device,
-) -> float:
-    model.eval()
-    multi_label = y.dim() == 2
-    # single-label: [correct]; multi-label: [true positives, false positives, false negatives]
-    counts = torch.zeros(3 if multi_label else 1, dtype=torch.float64, device=device)
-    with torch.inference_mode():
-        for batch in torch.split(nodes, batch_size):
-            sub = sampler.sample(batch)
-            xb = _to_device(x[sub.n_id], device)  # [N_s, F_kept]
-            out = model(xb, _blocks_to(sub.blocks, device))  # [B, C]
-            yb = _to_device(y[batch], device)
-            if multi_label:
-                pred = out > 0
-                true = yb > 0.5
-                counts[0] += (pred & true).sum()
-                counts[1] += (pred & ~true).sum()
-                counts[2] += (~pred & true).sum()
-            else:
-                counts[0] += (out.argmax(dim=-1) == yb).sum()
+) -> InferencePath:
+    """The server's execution path over the full graph for ``model`` (which it puts in eval)."""
+    from gnnaas.inference import InferencePath
+    from gnnaas.sampling import serving_sampler
+
+    sampler = serving_sampler(store.rowptr, store.col, tuple(fanouts), seed=seed)
+    return InferencePath(model, x, sampler, device)
+
+
+def _evaluate(path: InferencePath, y: Tensor, nodes: Tensor, batch_size: int) -> float:
+    """The metric of ``nodes`` (accuracy, or F1-micro for multi-label) through ``path``."""
+    from gnnaas.inference import metric, score_parts
+
     if nodes.numel() == 0:
         return float("nan")
-    counts = counts.cpu()  # the one sync of the evaluation
-    if not multi_label:
-        return float(counts[0]) / nodes.numel()
-    tp, fp, fn = (float(c) for c in counts)
-    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else 1.0
+    path.model.eval()
+    nums, dens = [], []
+    for batch in torch.split(nodes, batch_size):
+        logits, _, _ = path.run(batch)  # [B, C] on the host
+        num, den = score_parts(logits, y[batch])
+        nums.append(num)
+        dens.append(den)
+    return metric(torch.cat(nums), torch.cat(dens))
 
 
 def _loss(out: Tensor, y: Tensor) -> Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 import gnnaas.data.synthetic as synthetic
 from gnnaas.data import PRESETS, GraphStore, load_dataset, make_synthetic
+from gnnaas.data.synthetic import SyntheticConfig, column_signal
 from gnnaas.errors import ConfigError
 
 
@@ -59,14 +61,39 @@ def test_homophily_is_near_the_parameter(small_store: GraphStore) -> None:
 def test_informative_columns_carry_the_class(small_store: GraphStore) -> None:
     s = small_store
     assert s.informative is not None
-    m = PRESETS["small"].informative_count
+    cfg = PRESETS["small"]
+    m = cfg.informative_count
     assert s.informative.numel() == m and 4 <= m <= s.num_features // 8
     assert not torch.equal(s.informative, torch.arange(m))  # a random subset, not the first m
+    strength = column_signal(cfg, seed=0)
+    assert torch.equal((strength == strength.max()).nonzero().flatten(), s.informative)
+    # the preset spreads a weak, graded signal over every other column (pruning must cost)
+    weak = strength > 0
+    weak[s.informative] = False
+    assert int(weak.sum()) == cfg.num_weak
+    assert m + cfg.num_weak > s.num_features // 8  # more columns carry signal than 8× keeps
     eta2 = _eta2(s.x, s.y, s.num_classes)
-    noise = torch.ones(s.num_features, dtype=torch.bool)
-    noise[s.informative] = False
-    assert eta2[s.informative].min() > 3 * eta2[noise].max()
-    assert eta2[s.informative].mean() > 20 * eta2[noise].mean()
+    assert eta2[s.informative].min() > 2 * eta2[weak].max()
+    graded = torch.corrcoef(torch.stack([eta2[weak], strength[weak]]))[0, 1]
+    assert graded > 0.6, f"weak columns' class signal does not follow their strength ({graded})"
+
+
+def test_strong_weak_and_noise_columns_rank_by_strength() -> None:
+    cfg = SyntheticConfig(
+        2_000, 10_000, 40, 4, signal=0.5, num_informative=4, num_weak=16, weak_signal=0.25
+    )
+    s = make_synthetic(cfg, seed=3)
+    strength = column_signal(cfg, seed=3)
+    assert s.informative is not None
+    weak = ((strength > 0) & (strength < cfg.signal)).nonzero().flatten()
+    noise = (strength == 0).nonzero().flatten()
+    assert (s.informative.numel(), weak.numel(), noise.numel()) == (4, 16, 20)
+    assert float(strength[s.informative].min()) == pytest.approx(0.5)
+    # the weakest weak column carries half the strongest one's signal, not nothing
+    assert float(strength[weak].min()) == pytest.approx(0.125)
+    eta2 = _eta2(s.x, s.y, s.num_classes)
+    strong_e, weak_e, noise_e = (float(eta2[t].mean()) for t in (s.informative, weak, noise))
+    assert strong_e > 2 * weak_e and weak_e > 5 * noise_e
 
 
 def test_neighbor_mean_is_more_informative_than_own_features(small_store: GraphStore) -> None:
@@ -124,6 +151,19 @@ def test_multi_label_yelp_shapes() -> None:
     assert s.informative is not None and s.informative.numel() == 30
     parts = torch.cat([s.train_idx, s.val_idx, s.test_idx])
     assert torch.equal(parts.sort().values, torch.arange(n))
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"num_weak": -1}, "invalid num_weak"),
+        ({"weak_signal": 0.35}, "invalid weak_signal"),
+        ({"num_weak": 61}, r"num_informative \+ num_weak must not exceed num_features 64"),
+    ],
+)
+def test_bad_weak_tiers(changes: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        replace(PRESETS["small"], **changes)
 
 
 @pytest.mark.parametrize(

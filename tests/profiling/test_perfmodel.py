@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -67,10 +66,8 @@ def test_bad_arguments(kwargs: dict[str, object], match: str) -> None:
         estimate(**args)  # type: ignore[arg-type]
 
 
-def test_calibrate_is_quick_and_positive() -> None:
-    start = time.perf_counter()
-    cal = calibrate("cpu")
-    assert time.perf_counter() - start < 2.0  # < 1 s on a quiet machine; CI is shared
+def test_calibrate_gives_positive_rates() -> None:
+    cal = calibrate("cpu", repeats=2)
     assert isinstance(cal, Calibration)
     assert cal.device == "cpu"
     for rate in (cal.bw, cal.ops):

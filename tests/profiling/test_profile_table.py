@@ -12,17 +12,20 @@ import pytest
 from gnnaas.errors import ArtifactError
 from gnnaas.profiling.table import (
     PROFILE_COLUMNS,
+    PROFILE_INTERVAL_COLUMNS,
     SERVICE_TIME_COLUMNS,
     has_profiles,
     read_profiles,
     read_service_times,
     write_profiles,
 )
+from gnnaas.profiling.uncertainty import INTERVAL_COLUMNS
 
 # the schema docs/internals.md fixes
 DOC_PROFILE_COLUMNS = (
     "dataset, variant, arch, ranking, prune, features_kept, split, batch_size, num_batches, "
-    "accuracy, accuracy_std, sample_ms, comm_ms, comp_ms, latency_ms, latency_p95_ms, "
+    "accuracy, accuracy_std, accuracy_lo, accuracy_hi, best_variant, diff_best, diff_best_lo, "
+    "diff_best_hi, tie_best, sample_ms, comm_ms, comp_ms, latency_ms, latency_p95_ms, "
     "latency_p99_ms, latency_std_ms, e2e_ms, comm_comp, size_kb, mem_mb, unique_frac, "
     "pred_comm_ms, pred_comp_ms, device, threads, torch_version, date"
 )
@@ -44,6 +47,56 @@ def test_schema_matches_docs() -> None:
         "compute_ms",
         "e2e_ms",
     )
+
+
+def test_interval_columns_match_uncertainty() -> None:
+    assert PROFILE_INTERVAL_COLUMNS == INTERVAL_COLUMNS
+    assert set(PROFILE_INTERVAL_COLUMNS) <= set(PROFILE_COLUMNS)
+
+
+def _with_intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for i, row in enumerate(rows):
+        row.update(
+            accuracy_lo=row["accuracy"] - 2.0,
+            accuracy_hi=row["accuracy"] + 1.5,
+            best_variant="sage-full-1x",
+            diff_best=-0.1 * i,
+            diff_best_lo=-0.1 * i - 0.4,
+            diff_best_hi=-0.1 * i + 0.3,
+            tie_best=-0.1 * i + 0.3 >= 0,
+        )
+    return rows
+
+
+def test_interval_columns_round_trip(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> None:
+    rows = _with_intervals(fake_rows)
+    df = read_profiles(write_profiles(rows, tmp_path))
+    assert df["tie_best"].dtype == bool
+    assert list(df["tie_best"]) == [r["tie_best"] for r in rows]
+    assert set(df["best_variant"]) == {"sage-full-1x"}
+    assert df["diff_best_lo"].to_numpy() == pytest.approx([r["diff_best_lo"] for r in rows])
+
+
+def test_older_files_without_interval_columns(
+    tmp_path: Path, fake_rows: list[dict[str, Any]]
+) -> None:
+    old = [c for c in PROFILE_COLUMNS if c not in PROFILE_INTERVAL_COLUMNS]
+    pd.DataFrame(fake_rows, columns=old).to_csv(tmp_path / "profiles.csv", index=False)
+    df = read_profiles(tmp_path)
+    assert list(df.columns) == list(PROFILE_COLUMNS)
+    for column in PROFILE_INTERVAL_COLUMNS:
+        assert df[column].isna().all(), column
+    # rows without them also write (empty cells) and read back as NaN
+    df2 = read_profiles(write_profiles(fake_rows, tmp_path / "again"))
+    assert df2["diff_best"].isna().all() and df2["tie_best"].isna().all()
+
+
+def test_read_rejects_a_bad_boolean(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> None:
+    rows = _with_intervals(fake_rows)
+    rows[0]["tie_best"] = "maybe"
+    write_profiles(rows, tmp_path)
+    with pytest.raises(ArtifactError, match="malformed value.*maybe"):
+        read_profiles(tmp_path)
 
 
 def test_round_trip(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> None:

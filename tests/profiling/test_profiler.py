@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -16,11 +17,14 @@ from gnnaas.profiling.perfmodel import Calibration
 from gnnaas.profiling.profiler import profile_dataset
 from gnnaas.profiling.table import (
     PROFILE_COLUMNS,
+    SERVICE_TIME_BATCH_SIZES,
     SERVICE_TIME_COLUMNS,
     has_profiles,
     read_profiles,
     read_service_times,
 )
+from gnnaas.serving.executor import ExecRequest, Executor
+from gnnaas.serving.registry import consistent_sampler_factory
 from gnnaas.variants.pipeline import generate_variants
 from gnnaas.variants.repository import VariantRepository
 from gnnaas.variants.training import TrainConfig
@@ -114,7 +118,7 @@ def test_values_are_sane(small_store: Any, profiled: Any) -> None:
 def test_accuracy_matches_training_evaluation(
     tiny_repo: VariantRepository, profiled: Any, small_store: Any
 ) -> None:
-    # consistent sampling: the profile's validation accuracy is the one training measured
+    # one execution path: the profile's validation accuracy is the one training measured
     _, df = profiled
     val = df[df["split"] == "val"].set_index("variant")
     for manifest in tiny_repo.list(small_store.name):
@@ -126,10 +130,65 @@ def test_service_times(profiled: Any) -> None:
     result, _ = profiled
     st = read_service_times(result.service_times_path)
     assert list(st.columns) == list(SERVICE_TIME_COLUMNS)
+    assert SERVICE_TIME_BATCH_SIZES == (1, 4, 16, 64, 256, 1024)
     assert sorted(zip(st["variant"], st["batch_size"], strict=True)) == sorted(
-        (v, b) for v in VARIANTS for b in (1, 32, 256, 1024)
+        (v, b) for v in VARIANTS for b in SERVICE_TIME_BATCH_SIZES
     )
     assert (st[["sample_ms", "gather_ms", "compute_ms", "e2e_ms"]] > 0).all().all()
+    # e2e is the wall time of the whole served call, at least its stages
+    stages = st["sample_ms"] + st["gather_ms"] + st["compute_ms"]
+    assert (st["e2e_ms"] >= 0.5 * stages).all()
+
+
+def test_per_node_score_parts(small_store: Any, profiled: Any) -> None:
+    result, df = profiled
+    assert set(result.parts) == {(v, s) for v in VARIANTS for s in ("val", "test")}
+    rows = df.set_index(["variant", "split"])
+    for (variant, split), (num, den) in result.parts.items():
+        nodes = small_store.val_idx if split == "val" else small_store.test_idx
+        assert num.shape == den.shape == (nodes.numel(),) and num.dtype == np.float64
+        assert set(np.unique(den)) == {1.0} and set(np.unique(num)) <= {0.0, 1.0}
+        accuracy = 100 * num.sum() / den.sum()
+        assert rows.loc[(variant, split), "accuracy"] == pytest.approx(accuracy, abs=1e-3)
+
+
+def test_profile_measures_the_served_pipeline(
+    small_store: Any, tiny_repo: VariantRepository, profiled: Any
+) -> None:
+    # The server's executor, built as the router builds it, is right on exactly the validation
+    # nodes the profile counted as right (classes may only differ by float summation order).
+    result, _ = profiled
+    loaded = tiny_repo.load(small_store.name, "sage-random-4x")
+    manifest = loaded.manifest
+    sampler = consistent_sampler_factory()(small_store, tuple(manifest.fanouts))
+    features = small_store.feature_subset(manifest.kept_features)
+    executor = Executor(loaded.model, features, sampler, name="served")
+    nodes = small_store.val_idx
+    requests = [ExecRequest(chunk) for chunk in torch.split(nodes, 97)]  # other batch shapes
+    classes = torch.tensor([c for r in executor(requests) for c in r.predictions])
+    served_right = (classes == small_store.y[nodes]).numpy().astype(np.float64)
+    profiled_right, _ = result.parts[("sage-random-4x", "val")]
+    assert np.mean(served_right != profiled_right) <= 0.01
+
+
+def test_service_sizes_capped_at_max_batch_nodes(
+    small_store: Any, tiny_repo: VariantRepository, tmp_path: Path
+) -> None:
+    result = profile_dataset(
+        small_store,
+        tiny_repo,
+        tmp_path,
+        batch_size=512,
+        runs=1,
+        warmup=0,
+        service_runs=1,
+        min_time_s=0.0,
+        calibration=FIXED_RATES,
+        variants=["sage-random-4x"],
+        max_batch_nodes=100,
+    )
+    st = read_service_times(result.service_times_path)
+    assert st["batch_size"].tolist() == [1, 4, 16, 64, 100]
 
 
 def test_has_profiles_after_profiling(
@@ -174,7 +233,13 @@ def test_empty_repository(small_store: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"), [({"batch_size": 0}, "batch_size"), ({"runs": 0}, "runs")]
+    ("kwargs", "match"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"runs": 0}, "runs"),
+        ({"sampling": "fast"}, r"sampling must be 'depth' or 'shared' \(got 'fast'\)"),
+        ({"max_batch_nodes": 0}, r"max_batch_nodes must be an integer >= 1 \(got 0\)"),
+    ],
 )
 def test_bad_arguments(small_store: Any, tmp_path: Path, kwargs: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match):

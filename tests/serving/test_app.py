@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -10,12 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait_until
 
 from gnnaas.serving import Router, Settings, VariantRegistry, create_app
 
 URL = "/v1/datasets/toy/predict"
+PIN_FULL = {"X-Variant": "sage-full-1x"}
 # Four batches may run at once so that a held variant does not hold up the others.
 SETTINGS = dict(
     max_request_nodes=64,
@@ -123,17 +126,28 @@ def test_pinned_variant_even_without_profile(client: TestClient) -> None:
     assert response.json()["variant"]["accuracy"] is None
 
 
+# The consistency promise (README, ARCHITECTURE.md §6): a node's class never depends on its
+# batch-mates; its probabilities may differ only by floating-point summation order, at most
+# PROBA_ATOL per entry (a batched matmul sums in another order than a single row's).
+PROBA_ATOL = 1e-5
+
+
 def test_same_node_same_answer_alone_and_batched(client: TestClient) -> None:
-    alone = client.post(URL, json={"nodes": [7], "return": "proba"}).json()["predictions"][0]
+    def ask(nodes: list[int]) -> tuple[list[int], list[list[float]]]:
+        classes = client.post(URL, json={"nodes": nodes}).json()["predictions"]
+        proba = client.post(URL, json={"nodes": nodes, "return": "proba"}).json()["predictions"]
+        return classes, proba
+
+    node = 7
+    (alone_class,), (alone_proba,) = ask([node])
+    requests = [[node, 8], [9, node], [node], [10, 11, node], list(range(40))]
     with ThreadPoolExecutor(4) as pool:
-        batched = list(
-            pool.map(
-                lambda nodes: client.post(URL, json={"nodes": nodes, "return": "proba"}).json(),
-                [[7, 8], [9, 7], [7], [10, 11, 7]],
-            )
-        )
-    for body in batched:
-        assert body["predictions"][body["predictions"].index(alone)] == alone
+        answers = list(pool.map(ask, requests))
+    for nodes, (classes, proba) in zip(requests, answers, strict=True):
+        i = nodes.index(node)
+        assert classes[i] == alone_class, f"class of node {node} changed in batch {nodes}"
+        assert max(abs(a - b) for a, b in zip(proba[i], alone_proba, strict=True)) <= PROBA_ATOL
+        assert max(range(len(proba[i])), key=proba[i].__getitem__) == alone_class
 
 
 # -- load and batching -------------------------------------------------------------------------
@@ -201,10 +215,36 @@ def test_executor_error_is_a_500_and_the_server_keeps_serving(
     finally:
         models["sage-full-1x"].fail = None
     assert response.status_code == 500
-    assert response.json()["detail"] == (
-        "serving this batch failed (RuntimeError: boom); see the server log"
-    )
+    request_id = response.headers["X-Request-Id"]
+    assert response.json() == {
+        "detail": f"internal error, see server log (request id {request_id})"
+    }
+    assert "boom" not in response.text
     _assert_serving(client)
+
+
+def test_500_logs_the_traceback_under_the_request_id(
+    client: TestClient, models: dict[str, FakeModel], caplog: pytest.LogCaptureFixture
+) -> None:
+    models["sage-full-1x"].fail = "kaboom"
+    try:
+        with caplog.at_level("ERROR", logger="gnnaas.serving.app"):
+            response = _post(client, [1], **{"X-Request-Id": "client-id-7"})
+    finally:
+        models["sage-full-1x"].fail = None
+    assert response.status_code == 500
+    assert response.headers["X-Request-Id"] == "client-id-7"
+    assert "client-id-7" in response.json()["detail"]
+    (record,) = [r for r in caplog.records if "client-id-7" in r.getMessage()]
+    assert record.exc_info is not None and "kaboom" in str(record.exc_info[1])
+
+
+def test_every_response_has_a_request_id(client: TestClient) -> None:
+    ids = {_post(client, [1]).headers["X-Request-Id"] for _ in range(3)}
+    assert len(ids) == 3
+    assert client.get("/healthz").headers["X-Request-Id"]
+    unsafe = {"X-Request-Id": "x" * 65}  # too long to echo into the log: replaced
+    assert client.get("/healthz", headers=unsafe).headers["X-Request-Id"] != "x" * 65
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -352,7 +392,70 @@ def test_openapi_documents_the_headers(client: TestClient) -> None:
     }
     for name in ("X-Accuracy-Tolerance", "X-Latency-SLO-Ms", "X-Variant"):
         assert params[name]["in"] == "header" and params[name]["description"]
-    assert client.get("/docs").status_code == 200
+    responses = spec["paths"][URL.replace("toy", "{dataset}")]["post"]["responses"]
+    for status, names in {
+        "200": ("X-Variant", "Server-Timing", "X-Request-Id"),
+        "500": ("X-Request-Id",),
+        "503": ("Retry-After",),
+    }.items():
+        headers = responses[status]["headers"]
+        for name in names:
+            assert headers[name]["description"] and headers[name]["schema"]["type"] == "string"
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_pages_load_only_local_assets(client: TestClient, page: str) -> None:
+    html = client.get(page)
+    assert html.status_code == 200
+    assets = re.findall(r"""(?:src|href)\s*[=:]\s*['"]([^'"]+)['"]""", html.text)
+    assert any(a.endswith(".js") for a in assets), assets
+    assert not [a for a in assets if re.match(r"(https?:)?//", a)], assets
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset
+    assert client.get("/openapi.json").status_code == 200
+
+
+def test_large_proba_is_encoded_off_the_loop_as_the_json_module_would(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gnnaas.serving.routes import predict
+
+    nodes = list(range(40))
+    inline = client.post(URL, json={"nodes": nodes, "return": "proba"}, headers=PIN_FULL)
+    threads: list[bool] = []
+    encode = predict.encode_payload
+
+    def spy(payload: dict[str, Any]) -> bytes:
+        try:
+            asyncio.get_running_loop()
+            threads.append(False)
+        except RuntimeError:  # no running loop: a worker thread
+            threads.append(True)
+        return encode(payload, chunk_rows=7)
+
+    monkeypatch.setattr(predict, "OFFLOAD_VALUES", 10)
+    monkeypatch.setattr(predict, "encode_payload", spy)
+    offloaded = client.post(URL, json={"nodes": nodes, "return": "proba"}, headers=PIN_FULL)
+    assert threads == [True]
+    assert offloaded.status_code == inline.status_code == 200
+    assert offloaded.json()["predictions"] == inline.json()["predictions"]
+    assert offloaded.json()["variant"] == inline.json()["variant"]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 256])
+def test_encode_payload_matches_the_json_module(chunk_rows: int) -> None:
+    from gnnaas.serving.routes.predict import encode_payload
+
+    g = torch.Generator().manual_seed(0)
+    proba = torch.softmax(torch.randn(50, 7, generator=g), dim=1).tolist()
+    payload = {
+        "variant": {"id": "sage-full-1x", "accuracy": None, "prune": 1},
+        "predictions": proba,
+        "timing_ms": {"queue": 0.001, "total": 12.5},
+    }
+    encoded = encode_payload(payload, chunk_rows=chunk_rows)
+    assert json.loads(encoded) == json.loads(json.dumps(payload)) == payload
+    assert list(json.loads(encoded)) == ["variant", "predictions", "timing_ms"]
 
 
 # -- readiness of other registries ---------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""The dynamic batcher: flushes, bounds, error fan-out, cancellation and draining."""
+"""The dynamic batcher: flushes, bounds, the device gate, error fan-out, cancellation, draining.
+
+Nothing here races a sleep against a batching window: windows are either long (60 s) and ended by
+a full batch or a stop, or short and checked only from below (a batch never flushes early).
+Handlers are held with events, and the event loop is given turns with ``sleep(0)``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Sequence
 
 import pytest
@@ -44,6 +48,15 @@ async def _queued(batcher: Batcher[int, int], requests: int) -> None:
         await asyncio.sleep(0)
 
 
+async def _turns(n: int = 10) -> None:
+    """Lets every ready task run ``n`` times (no time passes)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+LONG_S = 60.0  # a window no test waits for: batches close by filling up or stopping
+
+
 async def test_returns_one_result_per_request_in_order() -> None:
     handler = Handler()
     batcher: Batcher[int, int] = Batcher(handler, name="t")
@@ -52,29 +65,66 @@ async def test_returns_one_result_per_request_in_order() -> None:
     await batcher.stop()
 
 
-async def test_timeout_flush_merges_what_arrived_within_max_wait() -> None:
+async def test_timeout_flush_sends_a_partial_batch_at_the_deadline() -> None:
     handler = Handler()
     batcher: Batcher[int, int] = Batcher(handler, max_batch_size=100, max_wait_s=0.05)
-    t0 = time.monotonic()
-    first = asyncio.ensure_future(batcher.submit(1, size=1))
-    await asyncio.sleep(0.01)
-    second = asyncio.ensure_future(batcher.submit(2, size=1))
-    a, b = await asyncio.gather(first, second)
-    assert time.monotonic() - t0 >= 0.05  # waited for the deadline: the batch was not full
+    a, b = await asyncio.gather(batcher.submit(1, size=1), batcher.submit(2, size=1))
     assert handler.batches == [[1, 2]]
     assert (a.batch_requests, a.batch_size, b.value) == (2, 2, 4)
-    assert a.queue_s >= 0.05 > b.queue_s
+    # Not full, so it waited for the deadline (a lower bound: it can only be later).
+    assert a.queue_s >= 0.05 - 1e-3
     await batcher.stop()
 
 
-async def test_full_batch_flushes_before_the_deadline() -> None:
+async def test_requests_arriving_within_the_window_merge_and_a_full_batch_flushes() -> None:
     handler = Handler()
-    batcher: Batcher[int, int] = Batcher(handler, max_batch_size=4, max_wait_s=30.0)
-    out = await asyncio.wait_for(
-        asyncio.gather(*(batcher.submit(i, size=2) for i in range(2))), timeout=5
+    batcher: Batcher[int, int] = Batcher(handler, max_batch_size=4, max_wait_s=LONG_S)
+    first = asyncio.ensure_future(batcher.submit(0, size=1))
+    await _turns()  # the batch is open and waits for batch-mates
+    second = asyncio.ensure_future(batcher.submit(1, size=1))
+    await _turns()
+    assert not handler.batches and batcher.queued_requests == 2
+    third = asyncio.ensure_future(batcher.submit(2, size=2))  # fills the batch to 4 nodes
+    out = await asyncio.wait_for(asyncio.gather(first, second, third), timeout=10)
+    assert handler.batches == [[0, 1, 2]]
+    assert [o.batch_size for o in out] == [4, 4, 4]
+    await batcher.stop()
+
+
+async def test_a_waiting_batcher_does_not_hold_the_device_gate() -> None:
+    gate = asyncio.Semaphore(1)
+    waiting, other = Handler(), Handler()
+    slow: Batcher[int, int] = Batcher(
+        waiting, name="slow", max_batch_size=10, max_wait_s=LONG_S, gate=gate
     )
-    assert handler.batches == [[0, 1]]
-    assert out[0].batch_size == 4
+    fast: Batcher[int, int] = Batcher(other, name="fast", gate=gate)
+    pending = asyncio.ensure_future(slow.submit(1, size=1))
+    await _turns()  # `slow` now waits up to 60 s for batch-mates
+    # Another lane runs meanwhile: the gate is free while `slow` waits.
+    assert (await asyncio.wait_for(fast.submit(5, size=1), timeout=10)).value == 10
+    assert not waiting.batches and not gate.locked() and not pending.done()
+    filler = asyncio.ensure_future(slow.submit(2, size=9))  # full: flushes at once
+    assert [o.value for o in await asyncio.gather(pending, filler)] == [2, 4]
+    assert waiting.batches == [[1, 2]]
+    await asyncio.gather(slow.stop(), fast.stop())
+
+
+@pytest.mark.parametrize(("max_batch", "expected"), [(10, [[0, 1, 2]]), (2, [[0, 1], [2]])])
+async def test_requests_arriving_while_the_gate_is_busy_join_the_batch(
+    max_batch: int, expected: list[list[int]]
+) -> None:
+    gate = asyncio.Semaphore(1)
+    handler = Handler()
+    batcher: Batcher[int, int] = Batcher(handler, max_batch_size=max_batch, gate=gate)
+    await gate.acquire()  # another variant's batch runs
+    pending = [asyncio.ensure_future(batcher.submit(0, size=1))]
+    await _turns()  # the batch is closed by its (zero) window and waits for the gate
+    pending += [asyncio.ensure_future(batcher.submit(i, size=1)) for i in (1, 2)]
+    await _turns()
+    assert not handler.batches
+    gate.release()
+    assert [o.value for o in await asyncio.gather(*pending)] == [0, 2, 4]
+    assert handler.batches == expected
     await batcher.stop()
 
 
@@ -172,8 +222,8 @@ async def test_stop_drains_accepted_requests_then_refuses() -> None:
     pending = [asyncio.ensure_future(batcher.submit(i, size=1)) for i in range(5)]
     await _started(handler)
     stopping = asyncio.ensure_future(batcher.stop(timeout_s=5))
-    await asyncio.sleep(0.01)
-    assert not stopping.done()
+    await _turns()
+    assert not stopping.done()  # the held batch is still running
     with pytest.raises(OverloadedError, match="shutting down"):
         await batcher.submit(9, size=1)
     handler.release.set()
@@ -197,6 +247,37 @@ async def test_stop_timeout_fails_what_is_left() -> None:
     handler.release.set()
 
 
+async def test_stop_closes_a_batch_that_waits_for_batch_mates() -> None:
+    handler = Handler()
+    batcher: Batcher[int, int] = Batcher(handler, max_batch_size=10, max_wait_s=LONG_S)
+    pending = asyncio.ensure_future(batcher.submit(3, size=1))
+    await _turns()
+    await asyncio.wait_for(batcher.stop(timeout_s=LONG_S), timeout=10)
+    assert (await pending).value == 6
+    assert handler.batches == [[3]]
+
+
+async def test_stop_timeout_fails_a_batch_still_waiting_for_the_gate() -> None:
+    gate = asyncio.Semaphore(1)
+    await gate.acquire()  # never released: the batch can never run
+    batcher: Batcher[int, int] = Batcher(Handler(), gate=gate)
+    pending = asyncio.ensure_future(batcher.submit(1, size=1))
+    await _turns()
+    await batcher.stop(timeout_s=0.01)
+    with pytest.raises(OverloadedError, match="shutting down"):
+        await asyncio.wait_for(pending, timeout=10)  # fails, never hangs
+    assert batcher.queued_nodes == 0
+
+
+def test_room_nodes() -> None:
+    batcher: Batcher[int, int] = Batcher(lambda items: items, max_queue_size=8)
+    assert batcher.room_nodes > 8 and batcher.has_room(100)  # nothing waits: any one request
+    batcher._queued_nodes = 6
+    assert (batcher.room_nodes, batcher.has_room(2), batcher.has_room(3)) == (2, True, False)
+    batcher._closed = True
+    assert batcher.room_nodes == 0 and not batcher.has_room(1)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -211,7 +292,7 @@ def test_rejects_bad_limits(kwargs: dict[str, float], match: str) -> None:
 
 
 def test_repr() -> None:
-    batcher = Batcher(lambda items: items, name="toy/sage-full-1x")
+    batcher: Batcher[int, int] = Batcher(lambda items: items, name="toy/sage-full-1x")
     assert repr(batcher) == (
         "Batcher('toy/sage-full-1x', max_batch_size=1024, max_wait_s=0.0, max_queue_size=16384)"
     )

@@ -1,4 +1,4 @@
-"""The executor and the depth-separated serving sampler on a real graph and model."""
+"""The executor (through the shared inference path) on a real graph and model."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 
 from gnnaas.data.store import GraphStore
 from gnnaas.models import build_model
-from gnnaas.sampling import NeighborSampler
-from gnnaas.serving import DepthSampler, ExecRequest, Executor
+from gnnaas.sampling import DepthSampler, NeighborSampler
+from gnnaas.serving import ExecRequest, Executor
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -80,8 +80,10 @@ def test_one_result_per_request_in_order_with_duplicates(store: GraphStore) -> N
     assert out[0].predictions[1] == max(range(4), key=proba.__getitem__)
     times = out[0].times
     assert times is out[1].times
-    assert min(times.sample_ms, times.gather_ms, times.compute_ms) >= 0
-    assert times.total_ms == pytest.approx(times.sample_ms + times.gather_ms + times.compute_ms)
+    assert min(times.sample_ms, times.gather_ms, times.compute_ms, times.copy_ms) >= 0
+    assert times.total_ms == pytest.approx(
+        times.sample_ms + times.gather_ms + times.compute_ms + times.copy_ms
+    )
 
 
 def test_multi_label(store: GraphStore) -> None:
@@ -91,16 +93,10 @@ def test_multi_label(store: GraphStore) -> None:
     assert [int(p > 0.5) for p in proba.predictions[0]] == labels.predictions[0]
 
 
-def test_depth_sampler_layout(store: GraphStore) -> None:
-    sampler = DepthSampler(store.rowptr, store.col, (4, 2), seed=3)
-    seeds = torch.tensor([0, 7, 9])
-    sub = sampler.sample(seeds)
-    n0, n1, n2 = sub.num_sampled_nodes
-    assert n0 == 3 and sub.n_id[:3].tolist() == [0, 7, 9]
-    assert [b.size for b in sub.blocks] == [(n0 + n1 + n2, n0 + n1), (n0 + n1, n0)]
-    first, last = sub.blocks
-    assert int(last.edge_index[1].max()) < n0  # the last layer only feeds the seeds
-    assert int(first.edge_index[0].min()) >= n0  # every source is one depth below its target
-    assert repr(sampler) == "DepthSampler(fanouts=(4, 2), seed=3)"
-    again = sampler.sample(seeds)
-    assert torch.equal(again.n_id, sub.n_id)  # a pure function of the seeds
+def test_executor_runs_the_inference_path(store: GraphStore) -> None:
+    ex = _executor(store)
+    assert ex.path.sampler is ex.sampler and ex.path.features is ex.features
+    nodes = torch.tensor([9, 1, 9])
+    (out,) = ex([ExecRequest(nodes, proba=True)])
+    logits = ex.path.predict(nodes).logits
+    assert torch.allclose(torch.tensor(out.predictions), torch.softmax(logits, -1), atol=1e-6)

@@ -1,12 +1,25 @@
-"""The selection policy: interpolation, tolerance, load, ties and SLOs."""
+"""The selection policy: curves, tolerance (point and paired), load, ties, SLOs, stability."""
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Callable
 
 import pytest
 
-from gnnaas.serving.policy import Candidate, ServiceCurve, candidates_within, select_variant
+from gnnaas.serving import policy
+from gnnaas.serving.policy import (
+    Candidate,
+    LoadSnapshot,
+    PairedDiff,
+    RequestSpec,
+    Selection,
+    ServiceCurve,
+    VariantLoad,
+    candidates_within,
+    select_variant,
+)
 
 CURVE = ServiceCurve((1, 32, 256, 1024), (1.0, 4.1, 26.5, 103.3))
 
@@ -59,12 +72,35 @@ def _candidates() -> list[Candidate]:
     ]
 
 
+def _pick(
+    nodes: int = 1,
+    tolerance: float | None = None,
+    slo_ms: float | None = None,
+    snapshot: LoadSnapshot | None = None,
+    cands: list[Candidate] | None = None,
+    tie_margin: float = 0.0,
+) -> Selection:
+    return select_variant(
+        RequestSpec(nodes, tolerance, slo_ms),
+        _candidates() if cands is None else cands,
+        snapshot,
+        tie_margin=tie_margin,
+    )
+
+
 @pytest.mark.parametrize(
     ("tolerance", "expected"),
-    [(0.0, "sage-full-1x"), (1.0, "sage-lasso-2x"), (4.9, "sage-lasso-2x"), (5.0, "sage-lasso-8x")],
+    [
+        (None, "sage-full-1x"),  # no tolerance header: the most accurate
+        (0.0, "sage-full-1x"),
+        (1.0, "sage-lasso-2x"),
+        (4.9, "sage-lasso-2x"),
+        (5.0, "sage-lasso-8x"),
+        (math.inf, "sage-lasso-8x"),
+    ],
 )
-def test_tolerance_widens_the_candidates(tolerance: float, expected: str) -> None:
-    sel = select_variant(_candidates(), num_nodes=1, tolerance=tolerance)
+def test_tolerance_widens_the_candidates(tolerance: float | None, expected: str) -> None:
+    sel = _pick(tolerance=tolerance)
     assert sel.variant_id == expected
     assert sel.considered[0] == "sage-full-1x"
 
@@ -74,81 +110,114 @@ def test_candidates_within_sorts_most_accurate_first() -> None:
     assert ids == ["sage-full-1x", "sage-lasso-2x", "sage-lasso-8x"]
 
 
-def test_queue_wait_moves_the_choice() -> None:
-    idle = select_variant(_candidates(), num_nodes=1, tolerance=10)
-    assert idle.variant_id == "sage-lasso-8x"
-    busy = select_variant(_candidates(), num_nodes=1, tolerance=10, wait_ms={"sage-lasso-8x": 5.0})
+def test_waiting_nodes_move_the_choice() -> None:
+    # Idle, 1x (3 ms) is within the 50 % tie band of 2x (2 ms): the more accurate wins. With 500
+    # nodes waiting, 1x would take 3 + 57·500/1023 = 30.9 ms for them, 2x 18.6 ms.
+    assert _pick(tolerance=1.0, tie_margin=0.5).variant_id == "sage-full-1x"
+    busy = _pick(tolerance=1.0, tie_margin=0.5, snapshot=LoadSnapshot(2.0, 500))
     assert busy.variant_id == "sage-lasso-2x"
-    assert busy.predicted_ms == pytest.approx(2.0)
-    assert busy.wait_ms == 0.0
+    assert busy.wait_ms == 2.0
+    assert busy.predicted_ms == pytest.approx(2.0 + 2.0 + 34.0 * 500 / 1023)
 
 
-def test_batch_size_is_used() -> None:
-    # At 1024 nodes the 8x variant saves 18 ms over 2x; a 10 ms queue does not outweigh it.
-    sel = select_variant(_candidates(), num_nodes=1024, tolerance=10, wait_ms={"sage-lasso-8x": 10})
-    assert sel.variant_id == "sage-lasso-8x"
-    assert sel.predicted_ms == pytest.approx(28.0)
+def test_running_batch_counts_as_the_stream() -> None:
+    # Right after a 500-node batch closed nothing waits yet, but the next batch will gather
+    # about as many nodes: the stream is judged at that size, not at the request's alone.
+    snap = LoadSnapshot(ahead_ms=5.0, waiting_nodes=3, running_nodes=500)
+    assert snap.stream_nodes == 500
+    sel = _pick(tolerance=1.0, tie_margin=0.5, snapshot=snap)
+    assert sel.variant_id == "sage-lasso-2x"
+    assert sel.predicted_ms == pytest.approx(5.0 + 2.0 + 34.0 * 500 / 1023)
+
+
+def test_batch_size_and_max_batch_are_used() -> None:
+    one = _pick(nodes=1024, tolerance=10)
+    assert (one.variant_id, one.predicted_ms) == ("sage-lasso-8x", pytest.approx(18.0))
+    split = _pick(nodes=1024, tolerance=10, snapshot=LoadSnapshot(max_batch_nodes=512))
+    assert split.predicted_ms == pytest.approx(2 * (1.0 + 17.0 * 511 / 1023))
+
+
+def test_per_variant_speed_scales_its_curve() -> None:
+    slow_8x = LoadSnapshot(variants={"sage-lasso-8x": VariantLoad(speed=3.0)})
+    sel = _pick(tolerance=10, snapshot=slow_8x)
+    assert (sel.variant_id, sel.predicted_ms) == ("sage-lasso-2x", pytest.approx(2.0))
+
+
+def test_a_full_queue_is_skipped_unless_all_are_full() -> None:
+    full = VariantLoad(room_nodes=0)
+    assert _pick(
+        tolerance=10, snapshot=LoadSnapshot(variants={"sage-lasso-8x": full})
+    ).variant_id == ("sage-lasso-2x")
+    everything = LoadSnapshot(variants=dict.fromkeys(["sage-full-1x", "sage-lasso-8x"], full))
+    assert _pick(tolerance=0, snapshot=everything).variant_id == "sage-full-1x"
 
 
 def test_ties_go_to_the_more_accurate() -> None:
     same = ServiceCurve((1,), (2.0,))
     cands = [Candidate("b-less", 80.0, same), Candidate("a-more", 81.0, same)]
-    assert select_variant(cands, num_nodes=1, tolerance=5).variant_id == "a-more"
+    assert _pick(tolerance=5, cands=cands).variant_id == "a-more"
 
 
 @pytest.mark.parametrize(
-    ("slo_ms", "expected", "meets"),
+    ("tolerance", "slo_ms", "expected", "meets"),
     [
-        (10.0, "sage-full-1x", True),  # the most accurate meets it
-        (2.5, "sage-lasso-2x", True),  # the most accurate that meets it
-        (0.5, "sage-lasso-8x", False),  # none meets it: the fastest
+        (10.0, 10.0, "sage-full-1x", True),  # the most accurate meets it
+        (10.0, 2.5, "sage-lasso-2x", True),  # the most accurate that meets it
+        (10.0, 0.5, "sage-lasso-8x", False),  # none meets it: the fastest
+        (0.0, 0.5, "sage-full-1x", False),  # an explicit tolerance still holds
+        (1.0, 1.5, "sage-lasso-2x", False),  # ... and bounds "the fastest"
+        # X-Latency-SLO-Ms alone: every variant is within tolerance.
+        (None, 10.0, "sage-full-1x", True),
+        (None, 2.5, "sage-lasso-2x", True),
+        (None, 1.5, "sage-lasso-8x", True),
+        (None, 0.5, "sage-lasso-8x", False),
     ],
 )
-def test_slo(slo_ms: float, expected: str, meets: bool) -> None:
-    sel = select_variant(_candidates(), num_nodes=1, tolerance=10, slo_ms=slo_ms)
+def test_slo(tolerance: float | None, slo_ms: float, expected: str, meets: bool) -> None:
+    sel = _pick(tolerance=tolerance, slo_ms=slo_ms)
     assert (sel.variant_id, sel.meets_slo) == (expected, meets)
 
 
-def test_slo_respects_tolerance() -> None:
-    sel = select_variant(_candidates(), num_nodes=1, tolerance=0, slo_ms=0.5)
-    assert sel.variant_id == "sage-full-1x"
+def test_slo_alone_sees_the_load() -> None:
+    # 300 waiting nodes: 1x needs 3 + 57·300/1023 = 19.7 ms, 2x 12.0 ms, 8x 6.0 ms.
+    sel = _pick(slo_ms=15.0, snapshot=LoadSnapshot(waiting_nodes=300))
+    assert (sel.variant_id, sel.meets_slo) == ("sage-lasso-2x", True)
+    assert RequestSpec(1, slo_ms=15.0).effective_tolerance == math.inf
+    assert RequestSpec(1).effective_tolerance == 0.0
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"tolerance": -1.0}, "tolerance"),
-        ({"tolerance": math.inf}, "tolerance"),
+        ({"tolerance": math.nan}, "tolerance"),
         ({"num_nodes": 0}, "num_nodes"),
         ({"slo_ms": 0.0}, "slo_ms"),
-        ({"tie_margin": -0.1}, "tie_margin"),
+        ({"slo_ms": math.inf}, "slo_ms"),
     ],
 )
-def test_rejects_bad_arguments(kwargs: dict[str, float], match: str) -> None:
+def test_request_spec_rejects_bad_values(kwargs: dict[str, float], match: str) -> None:
     args: dict[str, float] = {"num_nodes": 1, **kwargs}
-    with pytest.raises(ValueError, match=match):
-        select_variant(_candidates(), **args)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"RequestSpec {match}|RequestSpec needs {match}"):
+        RequestSpec(**args)  # type: ignore[arg-type]
 
 
-def test_rejects_no_candidates() -> None:
+def test_rejects_bad_tie_margin_and_no_candidates() -> None:
+    with pytest.raises(ValueError, match="tie_margin"):
+        _pick(tie_margin=-0.1)
     with pytest.raises(ValueError, match="at least one candidate"):
-        select_variant([], num_nodes=1)
+        select_variant(RequestSpec(1), [])
+    with pytest.raises(ValueError, match="tolerance"):
+        candidates_within(_candidates(), math.nan)
 
 
-def test_a_request_joins_the_queued_batch() -> None:
-    # 100 nodes wait for the 8x variant behind 3 ms of other work: joining them costs
-    # T(101) = 1 + 17 * 100 / 1023 ms, less than a batch of its own on another variant, which
-    # would wait for the 3 ms and the 8x batch (2.66 ms).
-    behind = 3.0 + 1.0 + 17.0 * 99 / 1023
-    sel = select_variant(
-        _candidates(),
-        num_nodes=1,
-        tolerance=10,
-        wait_ms={"sage-lasso-8x": 3.0, "sage-lasso-2x": behind, "sage-full-1x": behind},
-        queued_nodes={"sage-lasso-8x": 100},
-    )
-    assert sel.variant_id == "sage-lasso-8x"
-    assert sel.predicted_ms == pytest.approx(3.0 + 1.0 + 17.0 * 100 / 1023)
+def test_snapshot_is_frozen() -> None:
+    snap = LoadSnapshot(variants={"a": VariantLoad(queued_nodes=3)})
+    with pytest.raises(AttributeError):
+        snap.ahead_ms = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        snap.variants["b"] = VariantLoad()  # type: ignore[index]
+    assert snap.load("a").queued_nodes == 3 and snap.load("missing") == VariantLoad()
 
 
 @pytest.mark.parametrize(("margin", "expected"), [(0.0, "sage-lasso-8x"), (0.25, "sage-full-1x")])
@@ -158,28 +227,249 @@ def test_tie_margin_prefers_accuracy_among_near_equal_times(margin: float, expec
         Candidate("sage-lasso-2x", 89.0, ServiceCurve((1,), (2.2,))),
         Candidate("sage-lasso-8x", 85.0, ServiceCurve((1,), (2.0,))),
     ]
-    sel = select_variant(near, num_nodes=1, tolerance=10, tie_margin=margin)
-    assert sel.variant_id == expected
+    assert _pick(tolerance=10, cands=near, tie_margin=margin).variant_id == expected
     # A clearly faster variant is not a tie.
     far = [near[0], Candidate("sage-lasso-8x", 85.0, ServiceCurve((1,), (1.0,)))]
-    assert select_variant(far, num_nodes=1, tolerance=10, tie_margin=margin).variant_id == (
-        "sage-lasso-8x"
-    )
+    assert _pick(tolerance=10, cands=far, tie_margin=margin).variant_id == "sage-lasso-8x"
 
 
-def test_keep_holds_a_near_tie_but_not_a_clearly_slower_variant() -> None:
+def test_current_holds_a_near_tie_while_busy_but_not_a_clearly_slower_variant() -> None:
     near = [
         Candidate("sage-full-1x", 90.0, ServiceCurve((1,), (2.1,))),
         Candidate("sage-lasso-8x", 85.0, ServiceCurve((1,), (2.0,))),
     ]
-    args = {"num_nodes": 1, "tolerance": 10, "tie_margin": 0.1}
-    assert select_variant(near, **args).variant_id == "sage-full-1x"  # type: ignore[arg-type]
-    kept = select_variant(near, keep="sage-lasso-8x", **args)  # type: ignore[arg-type]
-    assert kept.variant_id == "sage-lasso-8x"
+    busy = LoadSnapshot(ahead_ms=1.0, current="sage-lasso-8x")
+    args = {"tolerance": 10, "cands": near, "tie_margin": 0.1}
+    assert _pick(**args).variant_id == "sage-full-1x"  # type: ignore[arg-type]
+    assert _pick(snapshot=busy, **args).variant_id == "sage-lasso-8x"  # type: ignore[arg-type]
+    # A batch that overran its prediction (nothing ahead by the profile) still means busy.
+    overran = LoadSnapshot(running_nodes=1, current="sage-lasso-8x")
+    assert overran.busy
+    assert _pick(snapshot=overran, **args).variant_id == "sage-lasso-8x"  # type: ignore[arg-type]
+    # Idle, the stream is over: the most accurate near-tie again.
+    idle = LoadSnapshot(current="sage-lasso-8x")
+    assert _pick(snapshot=idle, **args).variant_id == "sage-full-1x"  # type: ignore[arg-type]
     slow = [Candidate("sage-full-1x", 90.0, ServiceCurve((1,), (3.0,))), near[1]]
-    moved = select_variant(slow, keep="sage-full-1x", **args)  # type: ignore[arg-type]
+    on_1x = LoadSnapshot(ahead_ms=1.0, current="sage-full-1x")
+    moved = _pick(tolerance=10, cands=slow, tie_margin=0.1, snapshot=on_1x)
     assert moved.variant_id == "sage-lasso-8x"
-    # A kept variant outside the tolerance is ignored.
-    assert select_variant(near, keep="sage-lasso-8x", num_nodes=1, tolerance=1).variant_id == (
-        "sage-full-1x"
-    )
+    # A current variant outside the tolerance is ignored.
+    assert _pick(tolerance=1, cands=near, snapshot=busy).variant_id == "sage-full-1x"
+
+
+# -- the paired-difference rule ---------------------------------------------------------------
+
+
+def _paired() -> list[Candidate]:
+    """Planted variants: best 1x; 2x tied with it; 8x 1.5 points below; 4x uncertain."""
+    curve = ServiceCurve((1,), (1.0,))
+    best = "sage-full-1x"
+    return [
+        Candidate("sage-full-1x", 90.0, curve.scaled(4.0), PairedDiff(0.0, 0.0, 0.0, True, best)),
+        Candidate(
+            "sage-lasso-2x", 89.5, curve.scaled(3.0), PairedDiff(-0.5, -0.9, 0.1, True, best)
+        ),
+        Candidate("sage-lasso-8x", 88.5, curve, PairedDiff(-1.5, -2.0, -1.0, False, best)),
+        Candidate(
+            "sage-random-4x", 89.5, curve.scaled(2.0), PairedDiff(-0.5, -3.0, 2.0, True, best)
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "paired", "point"),
+    [
+        # 2x is statistically tied with the best (loss interval [-0.1, 0.9] <= 0 + 1): admitted at
+        # 0, where the point rule keeps only the single best estimate.
+        (0.0, {"sage-full-1x", "sage-lasso-2x"}, {"sage-full-1x"}),
+        # 8x: loss [1.0, 2.0] fits tolerance 1 (+1 margin); the point rule (1.5 > 1) rejects it.
+        # 4x: loss up to 3.0 > 1 + 1 with 95% confidence is not ruled out: rejected although its
+        # point estimate (0.5) is within 1.
+        (
+            1.0,
+            {"sage-full-1x", "sage-lasso-2x", "sage-lasso-8x"},
+            {"sage-full-1x", "sage-lasso-2x", "sage-random-4x"},
+        ),
+        (2.0, {"sage-full-1x", "sage-lasso-2x", "sage-lasso-8x", "sage-random-4x"}, None),
+    ],
+)
+def test_paired_rule_admits_and_rejects_what_it_should(
+    tolerance: float, paired: set[str], point: set[str] | None
+) -> None:
+    pytest.importorskip("gnnaas.profiling.uncertainty")
+    assert policy._paired_rule() is not None
+    assert {c.variant_id for c in candidates_within(_paired(), tolerance)} == paired
+    if point is not None:
+        unpaired = [Candidate(c.variant_id, c.accuracy, c.service) for c in _paired()]
+        assert {c.variant_id for c in candidates_within(unpaired, tolerance)} == point
+
+
+def test_paired_rule_is_the_one_of_uncertainty(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[float, float, float, float]] = []
+
+    def fake(diff: float, lo: float, hi: float, tolerance: float) -> bool:
+        seen.append((diff, lo, hi, tolerance))
+        return diff == 0.0  # only the best
+
+    monkeypatch.setattr(policy, "_paired_rule", lambda: fake)
+    assert [c.variant_id for c in candidates_within(_paired(), 7.0)] == ["sage-full-1x"]
+    assert (-1.5, -2.0, -1.0, 7.0) in seen
+    # An unbounded tolerance admits everything without asking the rule.
+    seen.clear()
+    assert len(candidates_within(_paired(), math.inf)) == 4 and not seen
+
+
+def test_point_rule_without_comparable_paired_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policy, "_paired_rule", lambda: lambda *args: True)
+    cands = _paired()
+    # One variant profiled before intervals existed: the point rule for all.
+    older = [*cands[:3], Candidate("sage-random-4x", 80.0, cands[3].service)]
+    assert {c.variant_id for c in candidates_within(older, 1.0)} == {
+        "sage-full-1x",
+        "sage-lasso-2x",
+    }
+    # Differences taken against a variant that is not routable: the point rule.
+    other_best = [
+        Candidate(c.variant_id, c.accuracy, c.service, PairedDiff(-1.0, -2.0, 0.0, True, "gin-x"))
+        for c in cands
+    ]
+    assert len(candidates_within(other_best, 0.0)) == 1
+    # The rule admitting nothing falls back to the point rule as well.
+    monkeypatch.setattr(policy, "_paired_rule", lambda: lambda *args: False)
+    assert [c.variant_id for c in candidates_within(cands, 0.0)] == ["sage-full-1x"]
+
+
+def test_paired_rule_decides_the_route() -> None:
+    pytest.importorskip("gnnaas.profiling.uncertainty")
+    # Tolerance 0: 1x and the tied 2x are admissible and 2x is faster.
+    assert _pick(tolerance=0.0, cands=_paired()).variant_id == "sage-lasso-2x"
+
+
+# -- never losing to a fixed choice -----------------------------------------------------------
+
+# Two admissible variants whose curves cross at 101 nodes: the accurate one has the smaller
+# fixed cost, the other the smaller cost per node.
+CROSS = [
+    Candidate("sage-full-1x", 90.0, ServiceCurve((1, 1024), (1.0, 1.0 + 0.02 * 1023))),
+    Candidate("sage-greedy-8x", 89.0, ServiceCurve((1, 1024), (2.0, 2.0 + 0.01 * 1023))),
+]
+
+
+def _within_margin_of_best_fixed(sel: Selection, snap: LoadSnapshot, n: int, margin: float) -> bool:
+    best_fixed = min(snap.completion_ms(c.variant_id, c.service, n) for c in CROSS)
+    return sel.predicted_ms <= best_fixed * (1 + margin) + 1e-9
+
+
+@pytest.mark.parametrize(("margin", "max_switches"), [(0.1, 0), (0.0, 199)])
+def test_a_backlog_hovering_at_the_crossing_does_not_make_the_stream_oscillate(
+    margin: float, max_switches: int
+) -> None:
+    # Steady load: the dataset's stream alternates between 90 and 110 waiting nodes, on both
+    # sides of the crossing (3 % either way). With the tie margin the stream stays where it is;
+    # without it, it would flip on every decision (shown by the margin-0 case).
+    choices = []
+    current = None
+    for i in range(200):
+        snap = LoadSnapshot(ahead_ms=1.0, waiting_nodes=(90, 110)[i % 2], current=current)
+        sel = select_variant(RequestSpec(1, 2.0), CROSS, snap, tie_margin=margin)
+        assert _within_margin_of_best_fixed(sel, snap, 1, margin)
+        choices.append(current := sel.variant_id)
+    switches = sum(a != b for a, b in zip(choices, choices[1:], strict=False))
+    assert switches == max_switches
+    assert len(set(choices)) == (1 if margin else 2)
+
+
+class _Device:
+    """A discrete-event device: one batch at a time, the lane whose head waited longest first.
+
+    Batches take exactly their profiled time; requests of a lane that arrived before its batch
+    starts merge into it (up to ``max_batch``). Time is simulated, so runs are deterministic.
+    """
+
+    def __init__(self, cands: list[Candidate], max_batch: int = 1024) -> None:
+        self.curves = {c.variant_id: c.service for c in cands}
+        self.queues: dict[str, list[tuple[float, int]]] = {c.variant_id: [] for c in cands}
+        self.max_batch = max_batch
+        self.free_at = 0.0
+        self.running = (0, 0.0)  # nodes and end of the last batch
+        self.latencies: list[float] = []
+        self.batches: list[tuple[str, int]] = []
+
+    def run_until(self, t: float) -> None:
+        while True:
+            heads = [(q[0][0], v) for v, q in self.queues.items() if q]
+            if not heads:
+                return
+            head, v = min(heads)
+            start = max(self.free_at, head)
+            if start > t:
+                return
+            queue, arrived, size = self.queues[v], [], 0
+            while queue and queue[0][0] <= start and size + queue[0][1] <= self.max_batch:
+                a, k = queue.pop(0)
+                arrived.append(a)
+                size += k
+            self.free_at = start + self.curves[v].predict(size)
+            self.running = (size, self.free_at)
+            self.batches.append((v, size))
+            self.latencies += [self.free_at - a for a in arrived]
+
+    def snapshot(self, t: float, current: str | None) -> LoadSnapshot:
+        running = self.running[0] if self.running[1] > t else 0
+        return LoadSnapshot(
+            ahead_ms=max(self.free_at - t, 0.0),
+            waiting_nodes=sum(k for q in self.queues.values() for _, k in q),
+            running_nodes=running,
+            variants={
+                v: VariantLoad(queued_nodes=sum(k for _, k in q)) for v, q in self.queues.items()
+            },
+            max_batch_nodes=self.max_batch,
+            current=current,
+        )
+
+
+def _simulate(
+    choose: Callable[[LoadSnapshot], Selection | str], interval_ms: float, nodes: int
+) -> tuple[list[str], _Device]:
+    device, current, choices = _Device(CROSS), None, []
+    for i in range(200):
+        t = i * interval_ms
+        device.run_until(t)
+        snap = device.snapshot(t, current)
+        sel = choose(snap)
+        if isinstance(sel, Selection):
+            assert _within_margin_of_best_fixed(sel, snap, nodes, 0.1)
+            sel = sel.variant_id
+        choices.append(current := sel)
+        device.queues[sel].append((t, nodes))
+    device.run_until(math.inf)
+    return choices, device
+
+
+@pytest.mark.parametrize(
+    ("nodes", "interval_ms"),
+    [(1, 3.0), (1, 0.3), (16, 1.0), (16, 0.3), (16, 0.1), (64, 3.0), (64, 1.0), (64, 0.3)],
+)
+def test_router_never_loses_to_a_fixed_choice_under_steady_load(
+    nodes: int, interval_ms: float
+) -> None:
+    # 200 same-size requests at a constant rate on a simulated device. The router's mean
+    # latency stays within the tie margin of the better fixed variant, its stream switches lanes
+    # at most once (from the accurate variant while idle to the one that sustains the load), and
+    # batches are not split: it runs no more batches than that fixed variant does.
+    def router(snap: LoadSnapshot) -> Selection:
+        return select_variant(RequestSpec(nodes, 2.0), CROSS, snap, tie_margin=0.1)
+
+    choices, routed = _simulate(router, interval_ms, nodes)
+
+    def fixed_choice(variant_id: str) -> Callable[[LoadSnapshot], str]:
+        return lambda snap: variant_id
+
+    fixed = {
+        c.variant_id: _simulate(fixed_choice(c.variant_id), interval_ms, nodes)[1] for c in CROSS
+    }
+    best_id, best = min(fixed.items(), key=lambda kv: statistics.mean(kv[1].latencies))
+    assert statistics.mean(routed.latencies) <= 1.1 * statistics.mean(best.latencies)
+    assert sum(a != b for a, b in zip(choices, choices[1:], strict=False)) <= 1
+    assert choices[-1] == best_id
+    assert len(routed.batches) <= len(best.batches) + 1

@@ -11,6 +11,7 @@ from serving_fakes import FakeModel, held
 
 from gnnaas.errors import OverloadedError
 from gnnaas.serving import NotFoundError, Router, Settings, VariantRegistry
+from gnnaas.serving.policy import LoadSnapshot
 
 
 @pytest.fixture
@@ -37,7 +38,9 @@ async def test_load_snapshot_is_measured_from_the_queues(
 ) -> None:
     ds = router.registry.get("TOY")  # names are case-insensitive
     assert ds is not None
-    assert router.load_snapshot(ds) == dict.fromkeys(ds.variants, 0.0)
+    idle = router.load_snapshot(ds)
+    assert isinstance(idle, LoadSnapshot) and not idle.busy
+    assert {v: load.wait_ms for v, load in idle.variants.items()} == dict.fromkeys(ds.variants, 0.0)
     lane = router.lane("toy", "sage-lasso-8x")
     model = toy[1]["sage-lasso-8x"]
     scales: list[float] = []
@@ -61,12 +64,17 @@ async def test_load_snapshot_is_measured_from_the_queues(
         await _until(lambda: lane.batcher.queued_nodes == 9)
         # 9 queued nodes = 2 full batches of 4 + 1 node, from the profiled curve
         # {1: 1.0, 32: 2.0} ms, plus what is left of the running batch (at most 1 ms).
-        waits = router.load_snapshot(ds)
+        snap = router.load_snapshot(ds)
+        assert (snap.waiting_nodes, snap.running_nodes, snap.max_batch_nodes) == (9, 1, 4)
+        assert snap.load("sage-lasso-8x").queued_nodes == 9
+        assert snap.load("sage-lasso-2x").queued_nodes == 0
+        waits = {v: load.wait_ms for v, load in snap.variants.items()}
         per4, per1 = 1.0 + 3 / 31, 1.0
         assert 2 * per4 + per1 <= waits["sage-lasso-8x"] <= 2 * per4 + per1 + 1.0
         # The device is shared: on the 2x variant the same 9 nodes would take its own time.
         per4_2x, per1_2x = 2.0 + 2 * 3 / 31, 2.0
         assert 2 * per4_2x + per1_2x <= waits["sage-lasso-2x"] <= 2 * per4_2x + per1_2x + 1.0
+        assert waits["gin-random-8x"] == 0.0  # unprofiled: never routed to
         # A new node joins the 8x backlog (2 x 4 + 2 nodes) rather than a 2x batch behind it.
         sel = router.select(ds, 1, tolerance=50)[1]
         assert sel is not None and sel.variant_id == "sage-lasso-8x"
@@ -74,7 +82,7 @@ async def test_load_snapshot_is_measured_from_the_queues(
         await asyncio.sleep(0.01)  # the held batch takes >= 10x its profiled 1 ms
         gate.set()
         await asyncio.gather(running, *queued)
-    assert router.load_snapshot(ds)["sage-lasso-8x"] == 0.0
+    assert router.load_snapshot(ds).load("sage-lasso-8x").wait_ms == 0.0
     # The held batch was far slower than profiled: the measured factor went up after it
     # (the unheld batches that follow may pull it back down).
     assert len(scales) == 4 and scales[0] > 1.0
@@ -156,6 +164,43 @@ async def test_backlog_moves_traffic_to_a_faster_variant(
             await asyncio.gather(running, *queued)
         core.speed.factor = 1.0
         assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
+    finally:
+        await core.stop()
+
+
+async def test_slo_alone_admits_every_variant(router: Router) -> None:
+    ds = router.registry.datasets["toy"]
+    # No tolerance: the most accurate variant, an SLO changes nothing it already meets.
+    assert router.select(ds, 1)[0].variant_id == "sage-full-1x"
+    assert router.select(ds, 1, slo_ms=5.0)[0].variant_id == "sage-full-1x"
+    # Only 8x (1 ms) meets 1.5 ms: with the SLO alone it is chosen; tolerance 0 forbids it.
+    variant, sel = router.select(ds, 1, slo_ms=1.5)
+    assert variant.variant_id == "sage-lasso-8x" and sel is not None and sel.meets_slo
+    assert router.select(ds, 1, tolerance=0.0, slo_ms=1.5)[0].variant_id == "sage-full-1x"
+    out = await router.predict(ds, torch.tensor([1]), slo_ms=1.5)
+    assert out.variant.variant_id == "sage-lasso-8x"
+
+
+async def test_a_busy_stream_stays_on_its_lane(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+) -> None:
+    # 1x (3 ms) and 2x (2 ms) for one node tie within a 60 % margin: idle, the accurate 1x. Once
+    # the stream is on 2x and the device is busy, 200 decisions in a row keep it there, so its
+    # requests merge into one lane's batches.
+    core = Router(toy[0], Settings(warmup=False, tie_margin=0.6))
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    blocker = toy[1][slow_id]
+    try:
+        assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
+        with held(blocker) as gate:
+            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
+            await _until(blocker.entered.is_set)
+            core._last[ds.name] = "sage-lasso-2x"
+            picks = {core.select(ds, 1, tolerance=4.5)[0].variant_id for _ in range(200)}
+            assert picks == {"sage-lasso-2x"}
+            gate.set()
+            await running
     finally:
         await core.stop()
 

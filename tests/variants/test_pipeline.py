@@ -10,6 +10,7 @@ import torch
 
 import gnnaas.variants.pipeline as pipeline
 import gnnaas.variants.training as training
+from gnnaas.data.synthetic import PRESETS, column_signal
 from gnnaas.errors import ConfigError
 from gnnaas.variants.pipeline import generate_variants
 from gnnaas.variants.ranking import rank_features
@@ -130,12 +131,18 @@ def test_retrained_1x_model_invalidates_its_rankings(
 def test_rankings_recover_the_informative_features(
     small_store: Any, trained: dict[str, Any], arch: str, ranking: str
 ) -> None:
+    """The columns an 8× variant keeps hold the planted strong columns and, beyond them, the
+    stronger of the weak ones (``column_signal`` is the ground truth of every column)."""
     informative = set(small_store.informative.tolist())
-    m = len(informative)
+    m, f = len(informative), small_store.num_features
     order = rank_features(ranking, trained[arch], small_store, seed=0)
-    assert torch.equal(order.sort().values, torch.arange(small_store.num_features))
-    recovered = len(informative & set(order[:m].tolist()))
-    assert recovered >= 0.8 * m, f"{arch}/{ranking} found {recovered} of {m}"
+    assert torch.equal(order.sort().values, torch.arange(f))
+    kept = order[: f // 8]
+    recovered = len(informative & set(kept.tolist()))
+    assert recovered >= 0.75 * m, f"{arch}/{ranking} kept {recovered} of {m}"
+    strength = column_signal(PRESETS["small"], seed=0)
+    gain = float(strength[kept].mean() / strength.mean())  # a random ranking gives about 1
+    assert gain > 1.4, f"{arch}/{ranking} kept columns of mean strength {gain:.2f}× the average"
 
 
 def test_random_ranking_stays_near_chance(small_store: Any, trained: dict[str, Any]) -> None:
@@ -148,18 +155,17 @@ def test_random_ranking_stays_near_chance(small_store: Any, trained: dict[str, A
     assert max(overlaps) < 0.8 * m
 
 
-def test_lasso_cost_is_small_next_to_training(
-    small_store: Any, trained: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import time
+def test_lasso_cost_is_small_next_to_training(small_store: Any, trained: dict[str, Any]) -> None:
+    # Work, not wall time (CI machines differ): multiply-adds counted by torch's FLOP counter.
+    # Wall-clock figures for the same comparison are in benchmarks/bench_rankings.py.
+    from torch.utils.flop_counter import FlopCounterMode
 
-    start = time.perf_counter()
-    rank_features("lasso", trained["sage"], small_store, seed=0)
-    lasso_s = time.perf_counter() - start
-    start = time.perf_counter()
-    train_model(small_store, "sage", CONFIG)
-    train_s = time.perf_counter() - start
-    assert lasso_s < 0.5 * train_s, f"lasso {lasso_s:.2f} s vs training {train_s:.2f} s"
+    with FlopCounterMode(display=False) as lasso:
+        rank_features("lasso", trained["sage"], small_store, seed=0)
+    with FlopCounterMode(display=False) as training:
+        train_model(small_store, "sage", CONFIG)
+    lasso_flops, train_flops = lasso.get_total_flops(), training.get_total_flops()
+    assert 0 < lasso_flops < 0.5 * train_flops, f"lasso {lasso_flops} vs training {train_flops}"
 
 
 def test_progress_bar_is_optional(small_store: Any, tmp_path: Path) -> None:

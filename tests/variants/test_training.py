@@ -239,6 +239,28 @@ def test_evaluate_is_deterministic(
     assert not model.training
 
 
+def test_evaluate_scores_what_the_server_answers(
+    small_store,  # type: ignore[no-untyped-def]
+    sage_result: TrainResult,
+) -> None:
+    # One execution path: any batch size gives the server's answers (float order aside).
+    from gnnaas.serving.executor import ExecRequest, Executor
+    from gnnaas.serving.registry import consistent_sampler_factory
+
+    model, nodes = sage_result.model, small_store.test_idx
+    one_node = 1.0 / nodes.numel()
+    scores = [
+        evaluate(model, small_store, nodes, fanouts=QUICK.fanouts, batch_size=b)
+        for b in (7, 64, 4096)
+    ]
+    assert max(scores) - min(scores) <= one_node + 1e-12
+    sampler = consistent_sampler_factory()(small_store, tuple(QUICK.fanouts))
+    executor = Executor(model, small_store.x, sampler)
+    classes = torch.tensor(executor([ExecRequest(nodes)])[0].predictions)
+    served = float((classes == small_store.y[nodes]).double().mean())
+    assert served == pytest.approx(scores[-1], abs=one_node + 1e-12)
+
+
 def test_evaluate_rejects_empty_nodes(small_store, sage_result: TrainResult) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="non-empty 1-D nodes"):
         evaluate(sage_result.model, small_store, torch.tensor([], dtype=torch.int64))

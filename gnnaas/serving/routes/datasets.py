@@ -31,7 +31,7 @@ async def list_datasets(core: RouterDep) -> DatasetList:
 )
 async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
     """Lists a dataset's variants with their profiles and current load."""
-    waits = core.load_snapshot(dataset)
+    snapshot = core.load_snapshot(dataset)  # the same object the policy decides on
     details = []
     for v in dataset.variants.values():
         profile = v.profile
@@ -42,8 +42,8 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
                 routable=v.routable,
                 not_routed=v.not_routed,
                 profile=None if profile is None else profile.summary,
-                queued_nodes=core.lane(dataset.name, v.variant_id).batcher.queued_nodes,
-                predicted_wait_ms=round(waits.get(v.variant_id, 0.0), 3),
+                queued_nodes=snapshot.load(v.variant_id).queued_nodes,
+                predicted_wait_ms=round(snapshot.load(v.variant_id).wait_ms, 3),
             )
         )
     return VariantList(dataset=dataset.name, variants=details)

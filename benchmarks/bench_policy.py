@@ -1,0 +1,370 @@
+"""Is the router ever worse than a fixed choice? Router at tolerance N against pinned variants.
+
+The question of ARCHITECTURE.md §6's promise, measured so that a 10 % difference shows: one
+``gnnaas serve`` on a free 127.0.0.1 port, requests of 1 and of 64 random test nodes, and for
+every request size a set of *policies*:
+
+- ``router-tolN``: the router at ``X-Accuracy-Tolerance: N`` for each N of ``--tolerances``;
+- ``pin:<id>``: one variant pinned with ``X-Variant``: the full-feature 1× model that is most
+  accurate (what a user without variants runs), and for each tolerance the fixed variants it
+  admits whose profiled service time at that request size is within ``--fixed-within`` of the
+  fastest admissible one (the candidates for "best single variant"; slower ones cannot win).
+
+Each policy is measured by closed-loop steps at rising concurrency (``--concurrency``); its
+*sustained rate* is the highest throughput among the steps whose p99 stays within the request
+size's bound (``--bound-ms``). Closed loop, not open loop: a step's throughput is a mean over
+thousands of answers, so one noisy step moves it by a few percent instead of ending a series.
+Policies are interleaved within each repeat (a drift of the machine hits all of them alike) and the
+whole set is repeated ``--repeats`` times; the tables give the median and the spread (min–max).
+
+The rule checked (``--check``, as ``make bench`` does): for every request size, tolerance and
+repeat, the router's sustained rate is at least ``--ratio`` (0.9) times that of the best fixed
+variant admissible under the same tolerance in the same repeat. The exit status is 1 when it fails.
+
+Writes ``policy.md`` and ``policy.json`` (full run: ``benchmarks/results/``; ``--quick``:
+``<workdir>/results/`` unless ``--out`` says otherwise).
+
+Example:
+    python benchmarks/bench_policy.py --quick --check
+    python benchmarks/bench_policy.py --dataset synth-flickr --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_router import (  # noqa: E402
+    FULL,
+    QUICK,
+    Config,
+    _shown,
+    machine_info,
+    make_bodies,
+    overhead,
+    predict_ms,
+    prepare,
+    say,
+    serve_cmd,
+    test_nodes,
+    wait_idle,
+)
+from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+
+__all__ = ["main"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A way of sending requests of one size: the headers a client would set."""
+
+    key: str
+    headers: dict[str, str]
+    tolerance: float | None  # router tolerance; None for a pinned variant
+
+
+def admissible_ids(variants: list[dict[str, Any]], tolerance: float) -> list[str]:
+    """Variants the router may serve at ``tolerance``: the server's own rule when it publishes one.
+
+    ``/variants`` lists, per variant, ``admissible_at`` (the smallest tolerance that admits it) when
+    the profiles carry accuracy intervals; otherwise the point rule (within N points of the best).
+    """
+    routable = [v for v in variants if v.get("routable") and v.get("accuracy") is not None]
+    if routable and all(v.get("admissible_at") is not None for v in routable):
+        return [v["id"] for v in routable if float(v["admissible_at"]) <= tolerance + 1e-9]
+    best = max(v["accuracy"] for v in routable)
+    return [v["id"] for v in routable if best - v["accuracy"] <= tolerance + 1e-9]
+
+
+def make_policies(
+    variants: list[dict[str, Any]], size: int, tolerances: Sequence[float], within: float
+) -> list[Policy]:
+    """The router at each tolerance, the 1× model, and the candidate best fixed variants."""
+    by_id = {v["id"]: v for v in variants}
+    full = [v for v in variants if v["prune"] == 1 and v.get("accuracy") is not None]
+    pinned = {max(full, key=lambda v: v["accuracy"])["id"]} if full else set()
+    for tol in tolerances:
+        ids = admissible_ids(variants, tol)
+        times = {i: predict_ms(by_id[i]["service_ms"], size) for i in ids}
+        fastest = min(times.values())
+        pinned |= {i for i, t in times.items() if t <= within * fastest}
+    out = [
+        Policy(f"router-tol{tol:g}", {"X-Accuracy-Tolerance": f"{tol:g}"}, tol)
+        for tol in tolerances
+    ]
+    out += [Policy(f"pin:{i}", {"X-Variant": i}, None) for i in sorted(pinned)]
+    return out
+
+
+def sustained(
+    url: str, bodies: list[bytes], policy: Policy, args: argparse.Namespace, bound_ms: float
+) -> dict[str, Any]:
+    """Closed-loop steps at rising concurrency; the best throughput with p99 within the bound."""
+    steps = []
+    for concurrency in args.concurrency:
+        spec = StepSpec(
+            rate_rps=0.0,
+            duration_s=args.step_s,
+            max_requests=args.step_max_requests,
+            concurrency=concurrency,
+            seed=concurrency,
+        )
+        result = asyncio.run(run_closed(url, bodies, policy.headers, spec))
+        steps.append(
+            {
+                "concurrency": concurrency,
+                "throughput_rps": result.throughput_rps,
+                "p50_ms": result.percentile(50),
+                "p99_ms": result.percentile(99),
+                "errors": result.error_share + result.rejected_share,
+                "variants": dict(result.variants_served()),
+            }
+        )
+        if result.percentile(99) > bound_ms:
+            break  # more clients only queue longer
+    ok = [s for s in steps if s["p99_ms"] <= bound_ms and s["errors"] == 0]
+    return {
+        "rate_rps": max((s["throughput_rps"] for s in ok), default=0.0),
+        "steps": steps,
+    }
+
+
+def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+    workdir = Path(args.workdir)
+    variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
+    nodes = test_nodes(cfg.dataset, workdir)
+    port = free_port()
+    env = {"GNNAAS_TORCH_THREADS": "1", **dict(cfg.server_env)}
+    results: dict[str, Any] = {
+        "dataset": cfg.dataset,
+        "machine": machine_info(),
+        "args": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "sizes": {},
+    }
+    cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
+    with ServerProcess(cmd, port, workdir / "policy-server.log", env=env) as server:
+        url = f"{server.base_url}/v1/datasets/{cfg.dataset}/predict"
+        listing = server.get_json(f"/v1/datasets/{cfg.dataset}/variants")["variants"]
+        variants = []
+        for v in listing:
+            profile = v.get("profile") or {}
+            curve = {
+                int(p["batch_size"]): float(p["e2e_ms"]) for p in profile.get("service_times", [])
+            }
+            variants.append({**v, "service_ms": curve})
+        results["variants"] = [
+            {k: v.get(k) for k in ("id", "prune", "accuracy", "admissible_at")} for v in variants
+        ]
+        ones = make_bodies(nodes, 1, 512, seed=1)
+        wait_idle(server, cfg.dataset)
+        results["overhead"] = overhead(url, ones, {"X-Accuracy-Tolerance": "2"}, cfg)
+        say(
+            "overhead (single nodes, 40 req/s, tolerance 2): p50 server "
+            f"{results['overhead']['server_total_p50_ms']:.2f} ms - executor "
+            f"{results['overhead']['executor_p50_ms']:.2f} ms = "
+            f"{results['overhead']['overhead_p50_ms']:.2f} ms; client p50 "
+            f"{results['overhead']['client_p50_ms']:.2f} ms"
+        )
+        for size, bound_ms in zip(args.sizes, args.bound_ms, strict=True):
+            bodies = make_bodies(nodes, size, 512, seed=size)
+            pols = make_policies(variants, size, args.tolerances, args.fixed_within)
+            say(f"size {size}: {len(pols)} policies, p99 bound {bound_ms:g} ms")
+            # warm-up: every policy once, short
+            for pol in pols:
+                spec = StepSpec(rate_rps=0.0, duration_s=0.5, max_requests=200, concurrency=2)
+                asyncio.run(run_closed(url, bodies, pol.headers, spec))
+            repeats: list[dict[str, Any]] = []
+            for r in range(args.repeats):
+                order = pols if r % 2 == 0 else list(reversed(pols))  # interleave, alternate
+                measured = {}
+                for pol in order:
+                    wait_idle(server, cfg.dataset)
+                    measured[pol.key] = sustained(url, bodies, pol, args, bound_ms)
+                    say(
+                        f"  repeat {r + 1} {pol.key:<28} "
+                        f"{measured[pol.key]['rate_rps']:8.0f} req/s at p99 <= {bound_ms:g} ms"
+                    )
+                repeats.append(measured)
+            results["sizes"][str(size)] = {
+                "bound_ms": bound_ms,
+                "policies": [
+                    {"key": p.key, "headers": p.headers, "tolerance": p.tolerance} for p in pols
+                ],
+                "repeats": repeats,
+            }
+    return results
+
+
+def check(results: dict[str, Any], ratio: float) -> list[dict[str, Any]]:
+    """Per size, tolerance and repeat: router rate vs the best admissible fixed variant's."""
+    variants = results["variants"]
+    rows = []
+    for size, block in results["sizes"].items():
+        keys = [p["key"] for p in block["policies"]]
+        for pol in block["policies"]:
+            tol = pol["tolerance"]
+            if tol is None:
+                continue
+            admitted = {f"pin:{i}" for i in admissible_ids(_as_listing(variants), tol)}
+            fixed = [k for k in keys if k in admitted]
+            for r, rep in enumerate(block["repeats"]):
+                best_key = max(fixed, key=lambda k: rep[k]["rate_rps"]) if fixed else None
+                best = rep[best_key]["rate_rps"] if best_key else math.nan
+                mine = rep[pol["key"]]["rate_rps"]
+                rows.append(
+                    {
+                        "size": int(size),
+                        "tolerance": tol,
+                        "repeat": r + 1,
+                        "router_rps": mine,
+                        "best_fixed": best_key,
+                        "best_fixed_rps": best,
+                        "ratio": mine / best if best and best > 0 else math.nan,
+                        "ok": bool(best_key is None or mine >= ratio * best),
+                    }
+                )
+    return rows
+
+
+def _as_listing(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**v, "routable": True} for v in variants if v.get("accuracy") is not None]
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+
+
+def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None:
+    m = results["machine"]
+    lines = [
+        f"# Router vs fixed choices ({results['dataset']})",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')};"
+        f" client and server on the same machine; server on one torch thread.",
+        f"Command: `python benchmarks/bench_policy.py {results['args_line']}`.",
+        "",
+        "Sustained rate = highest closed-loop throughput (req/s) whose p99 stays within the bound, "
+        "over concurrency levels " + ", ".join(str(c) for c in results["args"]["concurrency"]) + "."
+        f" Median (min–max) of {results['args']['repeats']} interleaved repeats.",
+        "",
+    ]
+    o = results["overhead"]
+    lines += [
+        "## Router overhead (single nodes, 40 req/s open loop, tolerance 2)",
+        "",
+        f"p50 server total {o['server_total_p50_ms']:.2f} ms − p50 executor "
+        f"{o['executor_p50_ms']:.2f} ms = **{o['overhead_p50_ms']:.2f} ms** (queue p50 "
+        f"{o['queue_p50_ms']:.2f} ms); client p50 {o['client_p50_ms']:.2f} ms over "
+        f"{o['requests']:.0f} requests.",
+        "",
+    ]
+    for size, block in results["sizes"].items():
+        lines += [
+            f"## {size}-node requests, p99 ≤ {block['bound_ms']:g} ms",
+            "",
+            "| policy | sustained req/s | served by (last repeat, best step) |",
+            "|---|---:|---|",
+        ]
+        for pol in block["policies"]:
+            rates = [rep[pol["key"]]["rate_rps"] for rep in block["repeats"]]
+            last = block["repeats"][-1][pol["key"]]["steps"]
+            served = max(last, key=lambda s: s["throughput_rps"])["variants"] if last else {}
+            top = ", ".join(f"{k} {v}" for k, v in sorted(served.items(), key=lambda kv: -kv[1]))
+            lines.append(f"| {pol['key']} | {_spread(rates)} | {top[:80]} |")
+        lines.append("")
+    lines += [
+        "## The rule: router ≥ 0.9 × best admissible fixed variant, every repeat",
+        "",
+        "| size | tolerance | repeat | router req/s | best fixed | its req/s | ratio | ok |",
+        "|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['size']} | {r['tolerance']:g} | {r['repeat']} | {r['router_rps']:,.0f} | "
+            f"{r['best_fixed']} | {r['best_fixed_rps']:,.0f} | {r['ratio']:.2f} | "
+            f"{'yes' if r['ok'] else '**no**'} |"
+        )
+    lines.append("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="scaled dataset, short steps")
+    parser.add_argument("--dataset", help="dataset (default: synth-flickr, quick synth-flickr@0.2)")
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
+    parser.add_argument(
+        "--out", help="results folder (default: benchmarks/results; quick: workdir)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64], help="(default: 1 64)")
+    parser.add_argument(
+        "--bound-ms", type=float, nargs="+", default=[20.0, 50.0], help="p99 bound per size"
+    )
+    parser.add_argument(
+        "--tolerances", type=float, nargs="+", default=[0.0, 1.0, 2.0], help="(default: 0 1 2)"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="(default: 3)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="closed-loop levels"
+    )
+    parser.add_argument("--step-s", type=float, default=None, help="seconds per step")
+    parser.add_argument("--step-max-requests", type=int, default=20_000)
+    parser.add_argument(
+        "--fixed-within",
+        type=float,
+        default=1.5,
+        help="pin admissible variants profiled within this factor of the fastest (default: 1.5)",
+    )
+    parser.add_argument("--ratio", type=float, default=0.9, help="the rule's factor (default 0.9)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the rule fails")
+    args = parser.parse_args(argv)
+    if len(args.bound_ms) != len(args.sizes):
+        parser.error("--bound-ms needs one value per --sizes value")
+    cfg = QUICK if args.quick else FULL
+    if args.dataset:
+        from dataclasses import replace
+
+        cfg = replace(cfg, dataset=args.dataset)
+    if args.step_s is None:
+        args.step_s = 2.0 if args.quick else 4.0
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(args.workdir) / "results" if args.quick else REPO / "benchmarks" / "results")
+    )
+    t0 = time.monotonic()
+    results = run(args, cfg)
+    results["args_line"] = " ".join(sys.argv[1:] if argv is None else argv)
+    rows = check(results, args.ratio)
+    results["check"] = rows
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "policy.json").write_text(json.dumps(results, indent=1, default=str))
+    write_markdown(results, rows, out / "policy.md")
+    failed = [r for r in rows if not r["ok"]]
+    say(
+        f"bench_policy: {len(rows) - len(failed)}/{len(rows)} checks hold; "
+        f"{_shown(out / 'policy.md')} in {time.monotonic() - t0:.0f} s"
+    )
+    return 1 if args.check and failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

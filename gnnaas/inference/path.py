@@ -1,0 +1,247 @@
+"""The one execution path: sample → gather → copy → forward → copy back.
+
+The server's executor, the profiler (accuracy, latency and service curves) and evaluation during
+generation all run a batch through :class:`InferencePath`, so a profiled time or accuracy is one of
+the pipeline that is served (ARCHITECTURE.md §5). A path holds one variant: its model, the store's
+pruned feature copy for it and the serving sampler for its fanouts
+(:func:`gnnaas.sampling.serving_sampler`).
+
+Stages of :meth:`InferencePath.run`, as the profile columns define them:
+
+- ``sample``: the k-hop neighborhood of the seeds (host);
+- ``gather``: the kept feature rows of the sampled nodes (``features.index_select(0, n_id)``,
+  into a reused pinned buffer on CUDA) and their host→device copy with the blocks
+  (``non_blocking``);
+- ``compute``: the forward pass under :func:`torch.inference_mode`;
+- ``copy``: the outputs back to the host.
+
+On the CPU the stages are clocked with :func:`time.perf_counter`. On CUDA the device stages are
+timed with CUDA events and the only synchronization is the blocking device→host copy of the
+outputs (the caller needs their values), so timing adds no sync of its own.
+
+Shapes:
+    - **input:** ``seeds`` ``[B]`` unique int64 node ids on the host.
+    - **gathered:** ``x`` ``[N_s, F_kept]`` rows of the sampled nodes, seeds first.
+    - **output:** ``logits`` ``[B, C]`` on the host, in seed order.
+
+Example:
+    >>> path = InferencePath(model, store.feature_subset(keep), sampler)  # doctest: +SKIP
+    >>> logits, times, num_sampled = path.run(torch.tensor([0, 5, 7]))  # doctest: +SKIP
+    >>> logits.shape, times.total_ms > 0  # doctest: +SKIP
+    (torch.Size([3, 7]), True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import torch
+from torch import Tensor
+
+from gnnaas.typing import Device
+
+__all__ = ["InferencePath", "PathOutput", "Sampler", "StageTimes"]
+
+
+class Sampler(Protocol):
+    """What the path needs from a sampler (:class:`~gnnaas.sampling.DepthSampler` fits)."""
+
+    def sample(self, seeds: Tensor) -> Any:
+        """Returns an object with ``n_id`` (seeds first), ``batch_size`` and ``blocks``."""
+        ...
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Wall time (ms) of each stage of one batch (see the module docstring).
+
+    Args:
+        sample_ms (float): k-hop sampling.
+        gather_ms (float): gather of the kept feature rows plus their host→device copy.
+        compute_ms (float): the forward pass.
+        copy_ms (float, optional): outputs device→host (0 on the CPU). (default: ``0.0``)
+    """
+
+    sample_ms: float
+    gather_ms: float
+    compute_ms: float
+    copy_ms: float = 0.0
+
+    @property
+    def comm_ms(self) -> float:
+        """Moving data to and from the model: ``gather_ms + copy_ms`` (§5 ``comm_ms``)."""
+        return self.gather_ms + self.copy_ms
+
+    @property
+    def latency_ms(self) -> float:
+        """``comm_ms + compute_ms`` (§5 ``latency_ms``)."""
+        return self.comm_ms + self.compute_ms
+
+    @property
+    def total_ms(self) -> float:
+        """Every stage, sampling included (§5 ``e2e_ms``)."""
+        return self.sample_ms + self.latency_ms
+
+
+class PathOutput(NamedTuple):
+    """What :meth:`InferencePath.run` returns (unpacks as a tuple).
+
+    Args:
+        logits (Tensor): ``[B, C]`` outputs on the host, one row per seed, in order.
+        times (StageTimes): the batch's stage times.
+        num_sampled (int): rows gathered (sampled nodes, seeds included).
+    """
+
+    logits: Tensor
+    times: StageTimes
+    num_sampled: int
+
+
+class InferencePath:
+    """Sample → gather → copy → forward → copy back for one variant.
+
+    Args:
+        model (torch.nn.Module): the variant's GNN on ``device``, called as ``model(x, blocks)``;
+            put in ``eval()`` mode here.
+        features (Tensor): ``[N, F_kept]`` the store's pruned feature copy for the variant
+            (``store.feature_subset(kept)``), on the host.
+        sampler (Sampler): the serving sampler for the variant's fanouts.
+        device (str | torch.device, optional): where the forward pass runs. (default: ``"cpu"``)
+
+    A path is not meant for concurrent calls (one batch at a time, like one lane of the server):
+    on CUDA it reuses one pinned gather buffer, so calls are serialized by a lock.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        features: Tensor,
+        sampler: Sampler,
+        device: Device = "cpu",
+    ) -> None:
+        if features.dim() != 2:
+            raise ValueError(
+                f"InferencePath: features must be a 2-D [N, F_kept] tensor "
+                f"(got shape {tuple(features.shape)})"
+            )
+        if features.device.type != "cpu":
+            raise ValueError(
+                f"InferencePath: features must live on the host (got {features.device}); "
+                "the path copies the gathered rows to the device"
+            )
+        self.model = model.eval()
+        self.features = features
+        self.sampler = sampler
+        self.device = torch.device(device)
+        self._cuda = self.device.type == "cuda"
+        self._pinned: Tensor | None = None  # [capacity, F_kept] gather buffer (CUDA only)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(features={tuple(self.features.shape)}, "
+            f"sampler={self.sampler!r}, device={self.device})"
+        )
+
+    # -- stages ----------------------------------------------------------------------------------
+
+    def _gather(self, n_id: Tensor) -> Tensor:
+        """``features[n_id]`` on the host; on CUDA into the reused pinned buffer."""
+        if not self._cuda:
+            return self.features.index_select(0, n_id)  # [N_s, F_kept]
+        n = int(n_id.numel())
+        if self._pinned is None or self._pinned.size(0) < n:
+            capacity = max(n, 2 * (0 if self._pinned is None else self._pinned.size(0)))
+            self._pinned = torch.empty(
+                (capacity, self.features.size(1)), dtype=self.features.dtype, pin_memory=True
+            )
+        out = self._pinned[:n]
+        torch.index_select(self.features, 0, n_id, out=out)  # [N_s, F_kept], pinned
+        return out
+
+    def _to_device(self, x: Tensor, blocks: list[Any]) -> tuple[Tensor, list[Any]]:
+        if not self._cuda:
+            return x, blocks  # the copy is a no-op on the CPU
+        x = x.to(self.device, non_blocking=True)
+        blocks = [
+            dataclasses.replace(
+                b, edge_index=b.edge_index.pin_memory().to(self.device, non_blocking=True)
+            )
+            for b in blocks
+        ]
+        return x, blocks
+
+    def _execute(self, sub: Any, sample_ms: float, t1: float) -> tuple[StageTimes, Tensor]:
+        """Gather → copy → forward → copy back of ``sub``, timed (under inference_mode)."""
+        x = self._gather(sub.n_id)  # [N_s, F_kept]
+        blocks = list(sub.blocks)
+        t2 = time.perf_counter()
+        if not self._cuda:
+            out = self.model(x, blocks)  # [B, C], already on the host
+            t3 = time.perf_counter()
+            return StageTimes(sample_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3), out
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        events[0].record()
+        x, blocks = self._to_device(x, blocks)
+        events[1].record()
+        out = self.model(x, blocks)
+        events[2].record()
+        out = out.to("cpu")  # intended sync: the caller needs the values
+        events[3].record()
+        events[3].synchronize()  # already reached: the copy above blocked
+        h2d, comp, d2h = (a.elapsed_time(b) for a, b in zip(events, events[1:], strict=False))
+        return StageTimes(sample_ms, (t2 - t1) * 1e3 + h2d, comp, d2h), out
+
+    def forward(self, sub: Any) -> Tensor:
+        """Gather, copy, forward and copy back one already sampled batch (untimed).
+
+        Args:
+            sub (SampledSubgraph): the sampler's output for the seeds.
+
+        Returns:
+            Tensor: ``[B, C]`` logits on the host.
+        """
+        with self._lock, torch.inference_mode():
+            x, blocks = self._to_device(self._gather(sub.n_id), list(sub.blocks))
+            return self.model(x, blocks).to("cpu")  # type: ignore[no-any-return]
+
+    def run(self, seeds: Tensor) -> PathOutput:
+        """Runs one batch of unique ``seeds`` through every stage, timing each.
+
+        Args:
+            seeds (Tensor): ``[B]`` unique int64 node ids on the host.
+
+        Returns:
+            PathOutput: ``(logits [B, C] on the host, StageTimes, num_sampled)``.
+        """
+        with self._lock:
+            t0 = time.perf_counter()
+            sub = self.sampler.sample(seeds)  # index tensors only: no autograd state to skip
+            t1 = time.perf_counter()
+            with torch.inference_mode():
+                times, out = self._execute(sub, (t1 - t0) * 1e3, t1)
+        return PathOutput(out, times, int(sub.n_id.numel()))
+
+    def predict(self, nodes: Tensor) -> PathOutput:
+        """Runs any ``nodes`` (repeats allowed) as one batch of their unique ids.
+
+        What the server does with a merged batch of requests: :func:`torch.unique` of the nodes,
+        :meth:`run`, then the rows scattered back to the nodes' order.
+
+        Args:
+            nodes (Tensor): ``[n]`` int64 node ids on the host.
+
+        Returns:
+            PathOutput: ``logits`` ``[n, C]`` in ``nodes`` order; ``times`` and ``num_sampled``
+            of the deduplicated batch (the dedupe is counted in ``sample_ms``).
+        """
+        t0 = time.perf_counter()
+        seeds, inverse = torch.unique(nodes, return_inverse=True)  # [B], [n]
+        dedupe_ms = (time.perf_counter() - t0) * 1e3
+        logits, times, num_sampled = self.run(seeds)
+        times = dataclasses.replace(times, sample_ms=times.sample_ms + dedupe_ms)
+        return PathOutput(logits[inverse], times, num_sampled)  # [n, C]

@@ -1,0 +1,144 @@
+"""The serving sampler: consistent k-hop sampling, a node's answer independent of its batch-mates.
+
+``NeighborSampler(consistent=True)`` draws each node's neighbors from a hash of (node, hop, seed),
+but it numbers every node once per sample (PyG ``NeighborLoader`` semantics): a node that is a seed
+of one request and a hop-1 neighbor of another is expanded only at hop 0, with hop 0's fanout and
+draws, so the second request's hidden states, and its answer, change with the batch.
+
+:class:`DepthSampler` keeps one row per (node, depth) instead: a node reached at depth ``d`` is
+expanded with depth ``d``'s fanout and draws whatever else is in the batch, and rows are shared only
+between equal (node, depth) pairs, whose subtrees are identical. The seed's computation tree is
+therefore exactly the one it has alone, and requests still share work where their trees overlap.
+Each depth is one call to a one-hop consistent :class:`~gnnaas.sampling.NeighborSampler`.
+
+:func:`serving_sampler` is how the server builds its sampler for a variant's fanouts; the profiler
+and evaluation during generation build theirs with it too, so every figure measures the served
+pipeline.
+
+Shapes:
+    - **input:** ``seeds`` ``[B]`` unique int64 node ids.
+    - **output:** ``n_id`` ``[N_0 + ... + N_L]`` with the ``N_d`` rows of depth ``d`` in order
+      (``n_id[:B] == seeds``); ``blocks[l].size == (N_0 + ... + N_{L-l}, N_0 + ... + N_{L-1-l})``.
+
+Example:
+    >>> rowptr, col = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
+    >>> sub = DepthSampler(rowptr, col, (1, 1)).sample(torch.tensor([0, 1]))
+    >>> sub.n_id.tolist(), [b.size for b in sub.blocks]
+    ([0, 1, 0, 1, 0, 1], [(6, 4), (4, 2)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from gnnaas.sampling.neighbor import NeighborSampler
+from gnnaas.sampling.subgraph import Block, SampledSubgraph
+
+__all__ = ["DepthSampler", "serving_sampler"]
+
+_MODES = ("depth", "shared")
+
+# Distinct, fixed keys per depth; depth d of seed s draws with seed s + d * _DEPTH_STRIDE.
+_DEPTH_STRIDE = 1_000_003
+
+
+class DepthSampler:
+    """Consistent k-hop sampler with one row per (node, depth) (see the module docstring).
+
+    Args:
+        rowptr (Tensor): ``[N + 1]`` int64 CSR row pointer over incoming edges.
+        col (Tensor): ``[E]`` int64 in-neighbors.
+        fanouts (Sequence[int]): neighbors per target for each hop, PyG order; ``-1`` keeps all.
+        seed (int, optional): key of the draws. (default: ``0``)
+    """
+
+    def __init__(
+        self, rowptr: Tensor, col: Tensor, fanouts: Sequence[int], *, seed: int = 0
+    ) -> None:
+        self.fanouts = tuple(int(f) for f in fanouts)
+        self.seed = seed
+        self._hops = [
+            NeighborSampler(rowptr, col, (k,), consistent=True, seed=seed + d * _DEPTH_STRIDE)
+            for d, k in enumerate(self.fanouts)
+        ]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(fanouts={self.fanouts}, seed={self.seed})"
+
+    def sample(self, seeds: Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
+        """Samples the depth-separated k-hop neighborhood of unique ``seeds``.
+
+        ``generator`` is accepted for interface compatibility and ignored (draws are hashed).
+        """
+        levels = [seeds]  # global ids of the rows of each depth
+        edges: list[tuple[Tensor, Tensor]] = []  # (src row in depth d + 1, dst row in depth d)
+        for hop in self._hops:
+            sub = hop.sample(levels[-1])
+            src, dst = sub.blocks[0].edge_index  # src indexes sub.n_id, dst the frontier
+            # The distinct sources become the next depth's rows (frontier nodes included: at
+            # depth d + 1 they are other rows than at depth d).
+            used = torch.zeros(sub.n_id.numel(), dtype=torch.bool, device=src.device)
+            used[src] = True
+            picked = used.nonzero().view(-1)  # [N_{d+1}]
+            remap = torch.empty(sub.n_id.numel(), dtype=torch.long, device=src.device)
+            remap[picked] = torch.arange(picked.numel(), device=src.device)
+            levels.append(sub.n_id[picked])
+            edges.append((remap[src], dst))
+
+        offsets = [0]
+        for level in levels:
+            offsets.append(offsets[-1] + level.numel())
+        num_hops = len(self._hops)
+        shifted = [
+            torch.stack([src + offsets[d + 1], dst + offsets[d]])
+            for d, (src, dst) in enumerate(edges)
+        ]
+        blocks = []
+        for layer in range(num_hops):
+            h = num_hops - layer  # depths 0 .. h-1 are targets of this layer
+            edge_index = torch.cat(shifted[:h], dim=1)
+            blocks.append(Block(edge_index, (offsets[h + 1], offsets[h])))
+        return SampledSubgraph(
+            torch.cat(levels), seeds.numel(), blocks, [level.numel() for level in levels]
+        )
+
+
+def serving_sampler(
+    rowptr: Tensor,
+    col: Tensor,
+    fanouts: Sequence[int],
+    *,
+    seed: int = 0,
+    mode: str = "depth",
+) -> DepthSampler | NeighborSampler:
+    """The serving sampler of a graph for given fanouts (server, profiler and evaluation alike).
+
+    Args:
+        rowptr (Tensor): ``[N + 1]`` int64 CSR row pointer over incoming edges.
+        col (Tensor): ``[E]`` int64 in-neighbors.
+        fanouts (Sequence[int]): neighbors per target for each hop, PyG order; ``-1`` keeps all.
+        seed (int, optional): key of the hashed draws (the server's ``GNNAAS_SEED``).
+            (default: ``0``)
+        mode (str, optional): ``depth``: :class:`DepthSampler`, a node's answer never depends on
+            its batch-mates; ``shared``: ``NeighborSampler(consistent=True)``, a little faster,
+            answers can drift slightly when batch-mates are neighbors. (default: ``"depth"``)
+
+    Returns:
+        DepthSampler | NeighborSampler: the sampler.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+
+    Example:
+        >>> rowptr, col = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
+        >>> serving_sampler(rowptr, col, (2, 2))
+        DepthSampler(fanouts=(2, 2), seed=0)
+    """
+    if mode not in _MODES:
+        raise ValueError(f"serving_sampler: mode must be 'depth' or 'shared' (got {mode!r})")
+    if mode == "depth":
+        return DepthSampler(rowptr, col, fanouts, seed=seed)
+    return NeighborSampler(rowptr, col, list(fanouts), consistent=True, seed=seed)

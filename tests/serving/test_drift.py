@@ -1,0 +1,79 @@
+"""Predicted vs measured batch time per variant: the record, the lane and ``/metrics``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from serving_fakes import FakeModel
+
+from gnnaas.serving import Router, Settings, VariantRegistry
+from gnnaas.serving.drift import DriftRecord
+
+
+def test_empty_record() -> None:
+    summary = DriftRecord().summary()
+    assert summary["count"] == 0 and summary["median_abs_rel_error"] is None
+    assert summary["by_batch_nodes"] == {}
+
+
+def test_summary_overall_and_by_batch_size() -> None:
+    record = DriftRecord(maxlen=16)
+    for predicted, measured in ((1.0, 1.2), (1.0, 0.9), (1.0, 1.1)):
+        record.add(1, predicted_ms=predicted, measured_ms=measured)
+    record.add(50, predicted_ms=10.0, measured_ms=20.0)
+    record.add(3000, predicted_ms=100.0, measured_ms=100.0)
+    s = record.summary()
+    assert s["count"] == s["total"] == 5
+    assert s["median_abs_rel_error"] == pytest.approx(0.1)
+    assert s["median_rel_error"] == pytest.approx(0.1)
+    assert s["measured_ms_median"] == pytest.approx(1.2)
+    by = s["by_batch_nodes"]
+    assert list(by) == ["<=1", "<=64", ">256"]
+    assert by["<=1"]["count"] == 3 and by["<=1"]["median_abs_rel_error"] == pytest.approx(0.1)
+    assert by["<=64"]["median_rel_error"] == pytest.approx(1.0)  # twice as slow as profiled
+    assert by[">256"]["median_abs_rel_error"] == 0.0
+
+
+def test_record_is_bounded_and_skips_unusable_batches() -> None:
+    record = DriftRecord(maxlen=3)
+    for i in range(5):
+        record.add(4, predicted_ms=1.0, measured_ms=1.0 + i)
+    record.add(4, predicted_ms=0.0, measured_ms=1.0)  # no profiled time
+    record.add(4, predicted_ms=float("nan"), measured_ms=1.0)
+    assert len(record) == 3 and record.total == 5
+    assert [s.measured_ms for s in record.samples()] == [3.0, 4.0, 5.0]
+    with pytest.raises(ValueError, match=r"DriftRecord: maxlen must be an integer >= 1 \(got 0\)"):
+        DriftRecord(maxlen=0)
+
+
+async def test_lane_records_served_batches_and_metrics_show_them(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+) -> None:
+    router = Router(toy[0], Settings(warmup=False))
+    await router.start()
+    try:
+        ds = router.registry.get("toy")
+        assert ds is not None
+        lane = router.lane("toy", "sage-lasso-2x")
+        assert lane.drift_summary()["count"] == 0
+        for n in (1, 3, 32):
+            await router.predict(ds, torch.arange(n), pinned="sage-lasso-2x")
+        summary = lane.drift_summary()
+        curve = ds.variants["sage-lasso-2x"].profile
+        assert curve is not None
+        assert summary["count"] == 3
+        predicted = sorted(s.predicted_ms for s in lane.drift.samples())
+        # unscaled profiled curve {1: 2, 32: 4}: what the batches were predicted to take
+        assert predicted == pytest.approx([2.0, 2.0 + 2.0 * 2 / 31, 4.0])
+        assert summary["measured_ms_median"] > 0
+        assert router.lane("toy", "sage-full-1x").drift_summary()["count"] == 0
+        text = router.metrics.render().decode()
+    finally:
+        await router.stop()
+    labels = 'dataset="toy",variant="sage-lasso-2x"'
+    assert f"gnnaas_batch_predicted_seconds_count{{{labels}}} 3.0" in text
+    assert f"gnnaas_batch_measured_seconds_count{{{labels}}} 3.0" in text
+    rel = 'gnnaas_batch_time_rel_error{dataset="toy",stat="median_abs",variant="sage-lasso-2x"}'
+    assert rel in text
+    assert f"gnnaas_batch_time_samples{{{labels}}} 3.0" in text
+    assert 'gnnaas_batch_time_samples{dataset="toy",variant="sage-full-1x"} 0.0' in text
