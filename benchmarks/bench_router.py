@@ -1060,7 +1060,7 @@ def classify(stack: list[str], source: _Source) -> str:
             return "sampling"
         if "gnnaas/models/" in path or "torch/nn/" in path or "torch_geometric/" in path:
             return "forward"
-        if path.endswith("gnnaas/serving/executor.py"):
+        if path.endswith(("gnnaas/inference/executor.py", "gnnaas/inference/path.py")):
             text = source.line(path, line)
             if "sample" in text or "unique" in text or "torch.cat" in text:
                 return "sampling"

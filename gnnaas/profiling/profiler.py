@@ -33,11 +33,12 @@ batches of ``len(n_id) / (t·∏ s_k)``; fanouts of ``-1`` are bounded by the ma
 calibrated once per call.
 
 Besides ``profiles.csv`` the profiler writes ``service_times.csv``, the router's cost model: each
-variant's service curve, measured the way the server runs a batch
-(:meth:`~gnnaas.inference.InferencePath.predict`: dedupe, the path, rows scattered back) at
+variant's service curve, measured by timing the server's own batch handler
+(:class:`~gnnaas.inference.Executor`: dedupe, the path, classes per request as lists) at
 :data:`~gnnaas.profiling.table.SERVICE_TIME_BATCH_SIZES` target nodes drawn from all nodes
 (``min(size, num_nodes)`` nodes per batch; sizes above ``max_batch_nodes`` are left out). Its
-``e2e_ms`` is the wall time of that call (p50), the time the server compares with.
+``e2e_ms`` is the wall time of that call (p50); the server times the same call in its worker
+thread and publishes the two side by side (``drift`` in ``/v1/datasets/{d}/variants``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,14 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
-from gnnaas.inference import InferencePath, StageTimes, metric, score_parts
+from gnnaas.inference import (
+    ExecRequest,
+    Executor,
+    InferencePath,
+    StageTimes,
+    metric,
+    score_parts,
+)
 from gnnaas.profiling.perfmodel import Calibration, calibrate, estimate
 from gnnaas.profiling.table import (
     PROFILES_FILE,
@@ -78,6 +86,7 @@ __all__ = ["ProfileResult", "profile_dataset"]
 _log = logging.getLogger(__name__)
 
 _WEIGHTS_FILE = "weights.safetensors"
+_MAX_SERVICE_RUNS = 200
 
 
 @dataclass
@@ -279,28 +288,34 @@ class _Profiler:
             sizes.append(cap)  # the server's largest batch is a point of the curve
         return sizes
 
-    def service_times(self, path: InferencePath, variant_id: str) -> list[dict[str, Any]]:
+    def service_times(self, executor: Executor, variant_id: str) -> list[dict[str, Any]]:
         """The service curve: p50 times per batch size, as the server runs a batch.
 
-        Seeds are drawn from a fixed permutation of all nodes. ``e2e_ms`` is the wall time of
-        :meth:`InferencePath.predict` (dedupe, sample, gather, copy, forward, copy back, rows
-        scattered back), the time the server measures for a batch.
+        Seeds are drawn from a fixed permutation of all nodes. ``e2e_ms`` is the wall time of the
+        server's batch handler called with one request of the batch's nodes (dedupe, sample,
+        gather, copy, forward, copy back, classes as lists): the call the server's batcher times
+        in its worker thread.
         """
         rows = []
         num_nodes = self._service_nodes.numel()
         for size in self.service_sizes():
             t = min(size, num_nodes)
-            windows = [
-                self._service_nodes.roll(-((r * t) % num_nodes))[:t]
-                for r in range(self.service_runs + 1)
-            ]
-            path.predict(windows[0])  # warm-up
+            executor([ExecRequest(self._service_nodes[:t])])  # warm-up
             timed: list[StageTimes] = []
             wall: list[float] = []
-            for w in windows[1:]:
+            # At least service_runs runs, and small batches until a quarter of min_time_s has
+            # passed (at most _MAX_SERVICE_RUNS): their p50 is then not three noisy samples.
+            deadline = time.monotonic() + self.min_time_s / 4
+            r = 1
+            while len(wall) < self.service_runs or (
+                time.monotonic() < deadline and len(wall) < _MAX_SERVICE_RUNS
+            ):
+                w = self._service_nodes.roll(-((r * t) % num_nodes))[:t]
+                r += 1
                 start = time.perf_counter()
-                timed.append(path.predict(w).times)
+                (result,) = executor([ExecRequest(w)])
                 wall.append((time.perf_counter() - start) * 1e3)
+                timed.append(result.times)
             rows.append(
                 {
                     "variant": variant_id,
@@ -366,8 +381,9 @@ def profile_dataset(
         device (str or torch.device, optional): where the models run. (default: ``"cpu"``)
         progress (bool, optional): show a progress bar over variants. (default: ``False``)
         warmup (int, optional): untimed runs before timing each split. (default: ``2``)
-        service_runs (int, optional): timed runs per batch size of ``service_times.csv``.
-            (default: ``max(3, runs // 3)``)
+        service_runs (int, optional): least timed runs per batch size of
+            ``service_times.csv``; sizes keep being timed until ``min_time_s / 4`` has passed
+            (at most 200 runs). (default: ``max(3, runs // 3)``)
         min_time_s (float, optional): keep timing a split until this much time has passed, even
             after ``runs`` runs: the runs of a fast variant then span enough time for a short
             burst of other work on the machine not to move its p50. (default: ``1.0``)
@@ -564,8 +580,16 @@ def _profile_dataset(
                 row["latency_ms"],
                 row["comm_comp"],
             )
-        service_rows.extend(prof.service_times(inference, variant_id))
-        del loaded, inference
+        executor = Executor(
+            loaded.model,
+            features,
+            prof.sampler(manifest.fanouts),
+            device=dev,
+            multi_label=manifest.multi_label,
+            name=variant_id,
+        )
+        service_rows.extend(prof.service_times(executor, variant_id))
+        del loaded, inference, executor
 
     if not rows:
         reasons = "; ".join(f"{v}: {r}" for v, r in skipped)

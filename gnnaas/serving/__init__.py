@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from gnnaas.serving.batcher import Batched, Batcher, BatchStats
     from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, StageTimes
     from gnnaas.serving.metrics import ServingMetrics
-    from gnnaas.serving.policy import Candidate, Selection, ServiceCurve, select_variant
+    from gnnaas.serving.policy import (
+        Candidate,
+        LoadSnapshot,
+        RequestSpec,
+        Selection,
+        ServiceCurve,
+        VariantLoad,
+        select_variant,
+    )
     from gnnaas.serving.profiles import VariantProfile
     from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
     from gnnaas.serving.router import NotFoundError, Prediction, Router
@@ -30,7 +38,15 @@ _SOURCES = {
     "batcher": ("BatchStats", "Batched", "Batcher"),
     "executor": ("ExecRequest", "ExecResult", "Executor", "StageTimes"),
     "metrics": ("ServingMetrics",),
-    "policy": ("Candidate", "Selection", "ServiceCurve", "select_variant"),
+    "policy": (
+        "Candidate",
+        "LoadSnapshot",
+        "RequestSpec",
+        "Selection",
+        "ServiceCurve",
+        "VariantLoad",
+        "select_variant",
+    ),
     "profiles": ("VariantProfile",),
     "registry": ("ServedDataset", "ServingVariant", "VariantRegistry"),
     "router": ("NotFoundError", "Prediction", "Router"),
@@ -48,8 +64,10 @@ __all__ = [
     "ExecRequest",
     "ExecResult",
     "Executor",
+    "LoadSnapshot",
     "NotFoundError",
     "Prediction",
+    "RequestSpec",
     "Router",
     "Selection",
     "ServedDataset",
@@ -58,6 +76,7 @@ __all__ = [
     "ServingVariant",
     "Settings",
     "StageTimes",
+    "VariantLoad",
     "VariantProfile",
     "VariantRegistry",
     "create_app",

@@ -71,14 +71,17 @@ class BatchStats:
     Args:
         batch_size (int): nodes in the batch.
         num_requests (int): requests merged into it.
-        duration_s (float): wall time of the handler call (thread hand-off included).
+        duration_s (float): wall time of the batch on the event loop (thread hand-off included).
         error (BaseException | None): what the handler raised, if anything.
+        handler_s (float, optional): wall time of the handler call itself, measured in the worker
+            thread: the work the profiled service curve predicts. (default: ``nan``)
     """
 
     batch_size: int
     num_requests: int
     duration_s: float
     error: BaseException | None = None
+    handler_s: float = math.nan
 
 
 @dataclass(eq=False)
@@ -357,10 +360,18 @@ class Batcher(Generic[T, R]):
         self._in_flight_nodes, self._in_flight_since = size, started
         error: BaseException | None = None
         results: Sequence[R] = ()
+        handler_s = [math.nan]
+        handler = self._handler
+
+        def timed(items: list[T]) -> Sequence[R]:
+            start = time.perf_counter()
+            try:
+                return handler(items)
+            finally:
+                handler_s[0] = time.perf_counter() - start
+
         try:
-            results = await loop.run_in_executor(
-                self._executor, self._handler, [p.item for p in batch]
-            )
+            results = await loop.run_in_executor(self._executor, timed, [p.item for p in batch])
             if len(results) != len(batch):
                 raise RuntimeError(
                     f"batch handler of {self.name} returned {len(results)} results "
@@ -387,7 +398,7 @@ class Batcher(Generic[T, R]):
             _log.warning("batcher %s: batch of %d nodes failed: %r", self.name, size, error)
         if self._on_batch is not None:
             try:
-                self._on_batch(BatchStats(size, len(batch), duration, error))
+                self._on_batch(BatchStats(size, len(batch), duration, error, handler_s[0]))
             except Exception:
                 _log.exception("batcher %s: on_batch callback failed", self.name)
 

@@ -61,6 +61,7 @@ __all__ = [
     "Selection",
     "ServiceCurve",
     "VariantLoad",
+    "admitting_tolerances",
     "candidates_within",
     "select_variant",
 ]
@@ -378,6 +379,38 @@ def candidates_within(candidates: Sequence[Candidate], tolerance: float) -> list
             kept = [c for c in candidates if c.accuracy >= best - tolerance - _ACC_EPS]
     # Stable sort: equal accuracies keep the caller's order, so selection is deterministic.
     return sorted(kept, key=lambda c: -c.accuracy)
+
+
+def admitting_tolerances(candidates: Sequence[Candidate]) -> dict[str, float]:
+    """The smallest tolerance under which :func:`candidates_within` admits each candidate.
+
+    Admission only grows with the tolerance, so it is enough to try the tolerances where some
+    candidate's admission can change (its point loss, the ends of its paired loss interval and
+    those shifted by the rule's margin) in increasing order. This reads the rule the policy
+    applies instead of restating it.
+
+    Returns:
+        dict[str, float]: variant id → smallest admitting tolerance (points, ``>= 0``).
+    """
+    from gnnaas.profiling.uncertainty import TIE_MARGIN
+
+    if not candidates:
+        return {}
+    best = max(c.accuracy for c in candidates)
+    points = {0.0}
+    for c in candidates:
+        points.add(max(best - c.accuracy, 0.0))
+        if c.paired is not None:
+            for v in (-c.paired.hi, -c.paired.lo, -c.paired.diff_best):
+                if math.isfinite(v):
+                    points.update(max(v + d, 0.0) for d in (-TIE_MARGIN, 0.0, TIE_MARGIN))
+    found: dict[str, float] = {}
+    for tol in sorted(points):
+        for c in candidates_within(candidates, tol):
+            found.setdefault(c.variant_id, round(tol, 4))
+        if len(found) == len(candidates):
+            break
+    return found
 
 
 def select_variant(

@@ -117,6 +117,16 @@ class VariantDetail(BaseModel):
     )
     queued_nodes: int
     predicted_wait_ms: float = Field(description="Current predicted queue wait.")
+    admissible_at: float | None = Field(
+        default=None,
+        description="Smallest X-Accuracy-Tolerance under which the router may choose it "
+        "(the tolerance rule applied to its paired accuracy interval); null if not routable.",
+    )
+    drift: dict[str, Any] | None = Field(
+        default=None,
+        description="Predicted (profiled service curve) vs measured time of its recent batches: "
+        "count, median_abs_rel_error, medians, and the same by batch size.",
+    )
 
 
 class VariantList(BaseModel):

@@ -484,3 +484,20 @@ def test_not_ready_until_started_and_without_routable_variants() -> None:
 def test_empty_registry_is_not_ready() -> None:
     with TestClient(create_app(Settings(), registry=VariantRegistry([]))) as client:
         assert client.get("/readyz").json()["reasons"] == ["no dataset loaded"]
+
+
+def test_variants_show_the_admitting_tolerance_and_the_drift(client: TestClient) -> None:
+    pinned = "sage-lasso-2x"
+    before = client.get("/v1/datasets/toy/variants").json()["variants"]
+    count = next(v for v in before if v["id"] == pinned)["drift"]["count"]
+    assert _post(client, [3, 4], **{"X-Variant": pinned}).status_code == 200
+
+    variants = {v["id"]: v for v in client.get("/v1/datasets/toy/variants").json()["variants"]}
+    # The tolerance at which the router starts to admit each variant, from the policy's rule.
+    assert variants["sage-full-1x"]["admissible_at"] == 0.0
+    assert variants["sage-lasso-2x"]["admissible_at"] == pytest.approx(1.0)
+    assert variants["sage-lasso-8x"]["admissible_at"] == pytest.approx(5.0)
+    assert variants["gin-random-8x"]["admissible_at"] is None  # not profiled, never routed
+    drift = variants[pinned]["drift"]
+    assert drift["count"] == count + 1
+    assert drift["predicted_ms_median"] > 0 and drift["measured_ms_median"] > 0

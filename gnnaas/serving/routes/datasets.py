@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gnnaas.serving.deps import DatasetDep, RouterDep
+from gnnaas.serving.policy import admitting_tolerances
 from gnnaas.serving.schemas import (
     DatasetInfo,
     DatasetList,
@@ -32,6 +33,7 @@ async def list_datasets(core: RouterDep) -> DatasetList:
 async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
     """Lists a dataset's variants with their profiles and current load."""
     snapshot = core.load_snapshot(dataset)  # the same object the policy decides on
+    admitted_at = admitting_tolerances(dataset.candidates)
     details = []
     for v in dataset.variants.values():
         profile = v.profile
@@ -44,6 +46,8 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
                 profile=None if profile is None else profile.summary,
                 queued_nodes=snapshot.load(v.variant_id).queued_nodes,
                 predicted_wait_ms=round(snapshot.load(v.variant_id).wait_ms, 3),
+                admissible_at=admitted_at.get(v.variant_id),
+                drift=core.lane(dataset.name, v.variant_id).drift_summary(),
             )
         )
     return VariantList(dataset=dataset.name, variants=details)

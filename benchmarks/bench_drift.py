@@ -1,0 +1,211 @@
+"""Do the profiles predict what the server measures? Predicted vs measured batch time per variant.
+
+For each dataset: ``gnnaas prepare``-style variants and profiles (reused when present), then
+``gnnaas serve`` on a free 127.0.0.1 port, and for every routable variant, pinned with
+``X-Variant``, sequential requests (one in flight, so each request is one batch) of 1, 4, 16, 64
+and 256 distinct test nodes. The server records each batch's time predicted by the variant's
+profiled service curve (no load factor) and the time it measured; this bench reads that record
+from ``GET /v1/datasets/{d}/variants`` (``drift``) and prints, per variant and batch size, the
+median predicted and measured times and the median absolute relative error, overall and per size.
+
+The target (issue: calibrated service curves): median absolute error ≤ 15 % per variant over the
+batch sizes served. Writes ``drift.md`` and ``drift.json`` (full run: ``benchmarks/results/``;
+``--quick``: ``<workdir>/results/``).
+
+Example:
+    python benchmarks/bench_drift.py --datasets Cora synth-flickr@0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_router import (  # noqa: E402
+    QUICK,
+    _shown,
+    machine_info,
+    make_bodies,
+    prepare,
+    say,
+    serve_cmd,
+    test_nodes,
+)
+from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+
+__all__ = ["main"]
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET = 0.15
+
+
+def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
+    """Variants, profiles and the server's drift record for one dataset."""
+    cfg = replace(
+        QUICK,
+        dataset=dataset,
+        epochs=args.epochs,
+        profile_runs=args.profile_runs,
+        server_env=(("GNNAAS_TORCH_THREADS", "1"),),  # profile on the server's one thread
+    )
+    workdir = Path(args.workdir)
+    variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
+    nodes = test_nodes(dataset, workdir)
+    sizes = [s for s in args.sizes if s <= len(nodes)]
+    port = free_port()
+    env = {"GNNAAS_TORCH_THREADS": "1", "GNNAAS_MAX_WAIT_MS": "0"}
+    cmd = serve_cmd(dataset, variants_dir, profiles_dir, port, args.device)
+    with ServerProcess(cmd, port, workdir / f"drift-{dataset}.log", env=env) as server:
+        url = f"{server.base_url}/v1/datasets/{dataset}/predict"
+        listing = server.get_json(f"/v1/datasets/{dataset}/variants")["variants"]
+        routable = [v["id"] for v in listing if v["routable"]]
+        for vid in routable:
+            for size in sizes:
+                bodies = make_bodies(nodes, size, 64, seed=size)
+                spec = StepSpec(
+                    rate_rps=0.0,
+                    duration_s=args.max_s_per_size,
+                    max_requests=args.requests,
+                    concurrency=1,
+                    seed=size,
+                )
+                asyncio.run(run_closed(url, bodies, {"X-Variant": vid}, spec))
+            say(f"  {dataset} {vid}: {len(sizes)} sizes x {args.requests} requests")
+        listing = server.get_json(f"/v1/datasets/{dataset}/variants")["variants"]
+    rows = []
+    for v in listing:
+        drift = v.get("drift") or {}
+        if not v["routable"] or not drift.get("count"):
+            continue
+        rows.append(
+            {
+                "variant": v["id"],
+                "count": drift["count"],
+                "median_abs_rel_error": drift["median_abs_rel_error"],
+                "median_rel_error": drift["median_rel_error"],
+                "by_batch_nodes": drift["by_batch_nodes"],
+                "profile_threads": (v.get("profile") or {}).get("threads"),
+            }
+        )
+    return {"dataset": dataset, "sizes": sizes, "rows": rows}
+
+
+def write_markdown(results: dict[str, Any], path: Path) -> None:
+    m = results["machine"]
+    lines = [
+        "# Service curves: predicted vs measured batch time",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}, "
+        f"GPU {m.get('gpu') or 'none'}; server on one torch thread, profiles taken on the same "
+        "machine by the same command. Load average before: "
+        + ", ".join(f"{x:.2f}" for x in results["load_before"])
+        + ".",
+        f"Command: `python benchmarks/bench_drift.py {results['args_line']}`",
+        "",
+        "Each routable variant pinned, sequential requests (one batch each) of "
+        f"{results['args']['requests']} per size. Error = measured / predicted − 1 per batch; "
+        f"the server's `/v1/datasets/{{d}}/variants` `drift` record. Target: median |error| ≤ "
+        f"{TARGET:.0%} per variant.",
+        "",
+    ]
+    for block in results["datasets"]:
+        sizes = block["sizes"]
+        lines += [
+            f"## {block['dataset']}",
+            "",
+            "| variant | batches | median abs error | "
+            + " | ".join(f"{s} nodes: pred / meas ms" for s in sizes)
+            + " | ok |",
+            "|---|---:|---:|" + "---:|" * len(sizes) + "---|",
+        ]
+        for r in block["rows"]:
+            cells = []
+            for s in sizes:
+                b = r["by_batch_nodes"].get(f"<={s}")
+                cells.append(
+                    "–"
+                    if b is None
+                    else f"{b['predicted_ms_median']:.2f} / {b['measured_ms_median']:.2f}"
+                )
+            ok = r["median_abs_rel_error"] <= TARGET
+            lines.append(
+                f"| {r['variant']} | {r['count']} | {r['median_abs_rel_error']:.1%} | "
+                + " | ".join(cells)
+                + f" | {'yes' if ok else '**no**'} |"
+            )
+        errs = sorted(r["median_abs_rel_error"] for r in block["rows"])
+        if errs:
+            lines += [
+                "",
+                f"{sum(e <= TARGET for e in errs)} of {len(errs)} variants within {TARGET:.0%}; "
+                f"worst {errs[-1]:.1%}, median {errs[len(errs) // 2]:.1%}.",
+            ]
+        lines.append("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--datasets", nargs="+", default=["Cora", "synth-flickr@0.2"], help="datasets to measure"
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer requests, results in workdir")
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
+    parser.add_argument("--out", help="results folder (default: benchmarks/results)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64, 256])
+    parser.add_argument("--requests", type=int, default=None, help="per variant and size")
+    parser.add_argument("--max-s-per-size", type=float, default=10.0)
+    parser.add_argument("--epochs", type=int, default=4, help="max training epochs (default: 4)")
+    parser.add_argument("--profile-runs", type=int, default=10, help="(default: 10)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a variant misses")
+    args = parser.parse_args(argv)
+    if args.requests is None:
+        args.requests = 10 if args.quick else 30
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(args.workdir) / "results" if args.quick else REPO / "benchmarks" / "results")
+    )
+    t0 = time.monotonic()
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "load_before": list(os.getloadavg()),
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+        "args_line": " ".join(sys.argv[1:] if argv is None else argv),
+        "datasets": [measure(args, d) for d in args.datasets],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "drift.json").write_text(json.dumps(results, indent=1, default=str))
+    write_markdown(results, out / "drift.md")
+    misses = [
+        (b["dataset"], r["variant"], r["median_abs_rel_error"])
+        for b in results["datasets"]
+        for r in b["rows"]
+        if r["median_abs_rel_error"] > TARGET
+    ]
+    for d, v, e in misses:
+        say(f"bench_drift: {d} {v}: median |error| {e:.1%} > {TARGET:.0%}")
+    total = sum(len(b["rows"]) for b in results["datasets"])
+    say(
+        f"bench_drift: {total - len(misses)}/{total} variants within {TARGET:.0%}; "
+        f"{_shown(out / 'drift.md')} in {time.monotonic() - t0:.0f} s"
+    )
+    return 1 if args.check and misses else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

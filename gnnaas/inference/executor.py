@@ -1,0 +1,130 @@
+"""Executor: serves one batch of requests with one variant through the shared inference path.
+
+A batch merges the node ids of several requests. The executor hands them to
+:meth:`gnnaas.inference.InferencePath.predict`, the routine the profiler measures too: it dedupes
+them (:func:`torch.unique`), samples their k-hop neighborhoods once with the serving sampler
+(consistent per node, so a node's answer does not depend on its batch-mates), gathers the
+variant's kept feature columns for the sampled nodes, runs one forward pass under
+:func:`torch.inference_mode` and scatters the rows back; the executor then splits them per request,
+with the time of each stage. It is blocking and meant to run in a worker thread; torch releases
+the GIL. The profiler times this very call for a variant's service curve (``service_times.csv``),
+and the server's batcher times it in its worker thread for the predicted-vs-measured record, so
+both sides measure the same work.
+
+Shapes:
+    - requests: ``R`` tensors of node ids ``[n_r]``
+    - seeds: ``[B]`` unique node ids, ``B <= sum(n_r)``
+    - x: ``[N_s, F_kept]`` features of the sampled nodes, seeds first
+    - output: ``[B, C]`` logits, then ``[n_r, C]`` per request
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnaas.inference.path import InferencePath, Sampler, StageTimes
+
+__all__ = ["ExecRequest", "ExecResult", "Executor", "Sampler", "StageTimes"]
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One request inside a batch.
+
+    Args:
+        nodes (Sequence[int] | Tensor): ``n`` node ids (a list, or an int64 CPU tensor),
+            validated by the caller.
+        proba (bool, optional): return probabilities instead of classes. (default: ``False``)
+    """
+
+    nodes: Sequence[int] | Tensor
+    proba: bool = False
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """One request's answer.
+
+    Args:
+        predictions (list): one entry per requested node, in request order: a class id, or for
+            multi-label a 0/1 list; with ``proba`` a list of class probabilities.
+        times (StageTimes): the stages of the batch that served it (shared by the batch).
+    """
+
+    predictions: list[Any]
+    times: StageTimes
+
+
+class Executor:
+    """Blocking batch handler for one variant.
+
+    Args:
+        model (torch.nn.Module): the variant's GNN, called as ``model(x, blocks)``.
+        features (Tensor): ``[N, F_kept]`` the store's pruned feature copy for this variant
+            (``store.feature_subset(kept)``), computed once.
+        sampler (Sampler): the dataset's serving sampler for this variant's fanouts
+            (:func:`gnnaas.sampling.serving_sampler`).
+        device (torch.device | str, optional): where the forward pass runs. (default: ``"cpu"``)
+        multi_label (bool, optional): sigmoid outputs and 0/1 classes. (default: ``False``)
+        name (str, optional): for ``repr`` and logs. (default: ``"executor"``)
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        features: Tensor,
+        sampler: Sampler,
+        *,
+        device: torch.device | str = "cpu",
+        multi_label: bool = False,
+        name: str = "executor",
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.features = features
+        self.sampler = sampler
+        self.path = InferencePath(self.model, features, sampler, self.device)
+        self.multi_label = multi_label
+        self.name = name
+        self.calls = 0  # batches served, read by tests and benchmarks
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.name!r}, device={self.device}, "
+            f"features={tuple(self.features.shape)})"
+        )
+
+    def __call__(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
+        """Serves ``requests`` with one sampled forward pass; one result per request, in order."""
+        self.calls += 1
+        if all(isinstance(r.nodes, Tensor) for r in requests):
+            merged = torch.cat([torch.as_tensor(r.nodes) for r in requests])
+        else:  # one conversion per batch, not per request
+            merged = torch.tensor(
+                list(itertools.chain.from_iterable(r.nodes for r in requests)), dtype=torch.long
+            )
+        logits, times, _ = self.path.predict(merged)  # [sum n_r, C] on the host
+
+        want_proba = any(r.proba for r in requests)
+        with torch.inference_mode():
+            if self.multi_label:
+                classes = (logits > 0).to(torch.int8)
+                proba = torch.sigmoid(logits) if want_proba else None
+            else:
+                classes = logits.argmax(dim=-1)
+                proba = torch.softmax(logits, dim=-1) if want_proba else None
+
+        results = []
+        start = 0
+        for r in requests:
+            stop = start + len(r.nodes)
+            source = proba if r.proba and proba is not None else classes
+            results.append(ExecResult(source[start:stop].tolist(), times))
+            start = stop
+        return results
