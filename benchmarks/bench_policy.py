@@ -6,16 +6,17 @@ every request size a set of *policies*:
 
 - ``router-tolN``: the router at ``X-Accuracy-Tolerance: N`` for each N of ``--tolerances``;
 - ``pin:<id>``: one variant pinned with ``X-Variant``: the full-feature 1× model that is most
-  accurate (what a user without variants runs), and for each tolerance the fixed variants it
-  admits whose profiled service time at that request size is within ``--fixed-within`` of the
-  fastest admissible one (the candidates for "best single variant"; slower ones cannot win).
+  accurate (what a user without variants runs), and for each tolerance the ``--top-fixed``
+  variants it admits that were fastest in a short closed-loop pre-run of every variant (the
+  candidates for "best single variant", chosen by measurement, not by the profiles under test).
 
 Each policy is measured by closed-loop steps at rising concurrency (``--concurrency``); its
 *sustained rate* is the highest throughput among the steps whose p99 stays within the request
-size's bound (``--bound-ms``). Closed loop, not open loop: a step's throughput is a mean over
-thousands of answers, so one noisy step moves it by a few percent instead of ending a series.
-Policies are interleaved within each repeat (a drift of the machine hits all of them alike) and the
-whole set is repeated ``--repeats`` times; the tables give the median and the spread (min–max).
+size's bound (``--bound-ms``); a series stops after two steps in a row over the bound. Closed loop,
+not open loop: a step's throughput is a mean over thousands of answers, so one noisy step moves it
+by a few percent instead of ending a series. Policies are interleaved within each repeat (a drift
+of the machine hits all of them alike) and the whole set is repeated ``--repeats`` times; the
+tables give the median and the spread (min–max).
 
 The rule checked (``--check``, as ``make bench`` does): for every request size, tolerance and
 repeat, the router's sustained rate is at least ``--ratio`` (0.9) times that of the best fixed
@@ -54,7 +55,6 @@ from bench_router import (  # noqa: E402
     machine_info,
     make_bodies,
     overhead,
-    predict_ms,
     prepare,
     say,
     serve_cmd,
@@ -91,23 +91,45 @@ def admissible_ids(variants: list[dict[str, Any]], tolerance: float) -> list[str
 
 
 def make_policies(
-    variants: list[dict[str, Any]], size: int, tolerances: Sequence[float], within: float
+    variants: list[dict[str, Any]],
+    size: int,
+    tolerances: Sequence[float],
+    prerun: dict[str, float],
+    top: int,
 ) -> list[Policy]:
-    """The router at each tolerance, the 1× model, and the candidate best fixed variants."""
-    by_id = {v["id"]: v for v in variants}
+    """The router at each tolerance, the 1× model, and the candidate best fixed variants.
+
+    The candidates are, per tolerance, the ``top`` admissible variants by their *measured* rate
+    in a short pre-run (``prerun``), not by their profiles: a wrong profile must not hide the
+    fixed variant that actually wins.
+    """
     full = [v for v in variants if v["prune"] == 1 and v.get("accuracy") is not None]
     pinned = {max(full, key=lambda v: v["accuracy"])["id"]} if full else set()
     for tol in tolerances:
-        ids = admissible_ids(variants, tol)
-        times = {i: predict_ms(by_id[i]["service_ms"], size) for i in ids}
-        fastest = min(times.values())
-        pinned |= {i for i, t in times.items() if t <= within * fastest}
+        ids = sorted(admissible_ids(variants, tol), key=lambda i: -prerun.get(i, 0.0))
+        pinned |= set(ids[:top])
     out = [
         Policy(f"router-tol{tol:g}", {"X-Accuracy-Tolerance": f"{tol:g}"}, tol)
         for tol in tolerances
     ]
     out += [Policy(f"pin:{i}", {"X-Variant": i}, None) for i in sorted(pinned)]
     return out
+
+
+def prerun_rates(
+    url: str, bodies: list[bytes], ids: Sequence[str], args: argparse.Namespace
+) -> dict[str, float]:
+    """Closed-loop throughput of each variant pinned, one short step at the top concurrency."""
+    rates = {}
+    for vid in ids:
+        spec = StepSpec(
+            rate_rps=0.0,
+            duration_s=args.prerun_s,
+            max_requests=args.step_max_requests,
+            concurrency=max(args.concurrency),
+        )
+        rates[vid] = asyncio.run(run_closed(url, bodies, {"X-Variant": vid}, spec)).throughput_rps
+    return rates
 
 
 def sustained(
@@ -134,8 +156,9 @@ def sustained(
                 "variants": dict(result.variants_served()),
             }
         )
-        if result.percentile(99) > bound_ms:
-            break  # more clients only queue longer
+        over = [st["p99_ms"] > bound_ms for st in steps]
+        if len(over) >= 2 and over[-1] and over[-2]:
+            break  # two steps in a row over the bound: more clients only queue longer
     ok = [s for s in steps if s["p99_ms"] <= bound_ms and s["errors"] == 0]
     return {
         "rate_rps": max((s["throughput_rps"] for s in ok), default=0.0),
@@ -181,7 +204,15 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
         )
         for size, bound_ms in zip(args.sizes, args.bound_ms, strict=True):
             bodies = make_bodies(nodes, size, 512, seed=size)
-            pols = make_policies(variants, size, args.tolerances, args.fixed_within)
+            routable = [v["id"] for v in variants if v.get("routable")]
+            prerun = prerun_rates(url, bodies, routable, args)
+            say(
+                f"size {size}: pre-run (req/s, concurrency {max(args.concurrency)}): "
+                + ", ".join(
+                    f"{k} {v:.0f}" for k, v in sorted(prerun.items(), key=lambda kv: -kv[1])
+                )
+            )
+            pols = make_policies(variants, size, args.tolerances, prerun, args.top_fixed)
             say(f"size {size}: {len(pols)} policies, p99 bound {bound_ms:g} ms")
             # warm-up: every policy once, short
             for pol in pols:
@@ -328,11 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=None, help="seconds per step")
     parser.add_argument("--step-max-requests", type=int, default=20_000)
     parser.add_argument(
-        "--fixed-within",
-        type=float,
-        default=1.5,
-        help="pin admissible variants profiled within this factor of the fastest (default: 1.5)",
+        "--top-fixed",
+        type=int,
+        default=2,
+        help="per tolerance, pin the N admissible variants fastest in the pre-run (default: 2)",
     )
+    parser.add_argument("--prerun-s", type=float, default=1.5, help="pre-run step seconds")
     parser.add_argument("--ratio", type=float, default=0.9, help="the rule's factor (default 0.9)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the rule fails")
     args = parser.parse_args(argv)

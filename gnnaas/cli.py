@@ -86,6 +86,19 @@ def _profiles_dir(value: str | None) -> str:
     return _env_default(value, "GNNAAS_PROFILES_DIR", "profiles")
 
 
+def _serving_pipeline() -> dict[str, Any]:
+    """The server's sampler and batch cap from the environment (``GNNAAS_SAMPLING``,
+    ``GNNAAS_SEED``, ``GNNAAS_MAX_BATCH_NODES``), so profiles measure the pipeline served."""
+    from gnnaas.serving.settings import Settings
+
+    settings = Settings()
+    return {
+        "sampling": settings.sampling,
+        "sampler_seed": settings.seed,
+        "max_batch_nodes": settings.max_batch_nodes,
+    }
+
+
 def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
     cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -200,6 +213,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         runs=args.runs,
         device=device,
         progress=_progress(args),
+        **_serving_pipeline(),
     )
     for variant_id, reason in result.skipped:
         print(f"skipped {variant_id}: {reason}")
@@ -241,7 +255,14 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         force=False,
         progress=_progress(args),
     )
-    if has_profiles(profiles / store.name, repo.list(store.name)):
+    pipeline = _serving_pipeline()
+    current = has_profiles(
+        profiles / store.name,
+        repo.list(store.name),
+        sampling=pipeline["sampling"],
+        sampler_seed=pipeline["sampler_seed"],
+    )
+    if current:
         _say(args, f"profiles of {store.name} are up to date in {profiles}")
     else:
         _say(args, f"profiling the variants of {store.name} on {device}")
@@ -253,6 +274,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             runs=args.runs,
             device=device,
             progress=_progress(args),
+            **pipeline,
         )
     print(f"ready: {len(repo.list(store.name))} variants of {store.name}")
     return 0

@@ -132,7 +132,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(gnnaas.data, "load_dataset", lambda *a, **k: store, raising=False)
     monkeypatch.setattr(gnnaas.variants.pipeline, "generate_variants", generate)
     monkeypatch.setattr(gnnaas.profiling.profiler, "profile_dataset", profile)
-    monkeypatch.setattr(gnnaas.profiling.table, "has_profiles", lambda *a: False)
+    monkeypatch.setattr(gnnaas.profiling.table, "has_profiles", lambda *a, **k: False)
     return calls
 
 

@@ -324,6 +324,8 @@ class _Profiler:
                     "gather_ms": summarize([x.comm_ms for x in timed]).p50,
                     "compute_ms": summarize([x.compute_ms for x in timed]).p50,
                     "e2e_ms": summarize(wall).p50,
+                    "sampling": self.sampling,
+                    "sampler_seed": self.sampler_seed,
                 }
             )
         return rows

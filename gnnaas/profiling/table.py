@@ -112,8 +112,12 @@ SERVICE_TIME_COLUMNS: tuple[str, ...] = (
     "gather_ms",
     "compute_ms",
     "e2e_ms",
+    "sampling",
+    "sampler_seed",
 )
-"""Columns of ``service_times.csv``, in file order."""
+"""Columns of ``service_times.csv``, in file order. ``sampling`` and ``sampler_seed`` name the
+serving sampler the curve was measured with (the server's ``GNNAAS_SAMPLING``/``GNNAAS_SEED``):
+a curve measured on another pipeline does not count as current."""
 
 _PROFILE_TEXT = {
     "dataset",
@@ -129,8 +133,8 @@ _PROFILE_TEXT = {
 _PROFILE_BOOL = {"tie_best"}
 _BOOL_TEXT = {"true": 1.0, "false": 0.0, "1": 1.0, "0": 0.0, "1.0": 1.0, "0.0": 0.0}
 _PROFILE_INT = {"prune", "features_kept", "batch_size", "num_batches", "threads"}
-_SERVICE_INT = {"batch_size"}
-_SERVICE_TEXT = {"variant"}
+_SERVICE_INT = {"batch_size", "sampler_seed"}
+_SERVICE_TEXT = {"variant", "sampling"}
 
 _DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -289,16 +293,26 @@ def _parse_date(text: str) -> _dt.datetime | None:
         return None
 
 
-def has_profiles(profiles_dir: PathType, manifests: Sequence[Manifest]) -> bool:
+def has_profiles(
+    profiles_dir: PathType,
+    manifests: Sequence[Manifest],
+    *,
+    sampling: str = "depth",
+    sampler_seed: int = 0,
+) -> bool:
     """Whether ``profiles_dir`` holds current profiles of every variant in ``manifests``.
 
-    True when both tables are readable, every variant has a ``val`` and a ``test`` row and
-    service times, and no variant was created after it was profiled (a regenerated variant needs
-    a new profile). False for an empty ``manifests``.
+    True when both tables are readable in the current format (accuracy intervals present,
+    service curves stamped with the serving sampler), every variant has a ``val`` and a ``test``
+    row and service times measured with ``sampling``/``sampler_seed``, and no variant was created
+    after it was profiled (a regenerated variant needs a new profile). False for an empty
+    ``manifests``.
 
     Args:
         profiles_dir (str or PathLike): ``profiles/<dataset>``.
         manifests (Sequence[Manifest]): the repository's variants (``repo.list(dataset)``).
+        sampling (str, optional): the serving sampler's mode. (default: ``"depth"``)
+        sampler_seed (int, optional): the serving sampler's seed. (default: ``0``)
 
     Returns:
         bool: whether profiling can be skipped.
@@ -310,6 +324,11 @@ def has_profiles(profiles_dir: PathType, manifests: Sequence[Manifest]) -> bool:
         service = read_service_times(profiles_dir)
     except ArtifactError:
         return False
+    if profiles["diff_best"].isna().all():
+        return False  # written before accuracy intervals existed
+    pipeline = (service["sampling"] == sampling) & (service["sampler_seed"] == sampler_seed)
+    if not bool(pipeline.all()):
+        return False  # curves measured with another serving sampler
     served = set(service["variant"])
     for manifest in manifests:
         rows = profiles[profiles["variant"] == manifest.variant_id]

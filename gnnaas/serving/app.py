@@ -283,7 +283,9 @@ def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
     @app.exception_handler(ArtifactError)
     async def _artifact(request: Request, exc: ArtifactError) -> JSONResponse:
         request_id = str(request.scope.get(REQUEST_ID_KEY, "-"))
-        _log.error("artifact error while serving (request id %s): %s", request_id, exc)
+        _log.error(
+            "artifact error while serving (request id %s): %s", request_id, exc, exc_info=exc
+        )
         return JSONResponse({"detail": internal_error_detail(request_id)}, status_code=500)
 
 

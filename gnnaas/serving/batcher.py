@@ -347,7 +347,15 @@ class Batcher(Generic[T, R]):
                 # What arrived while the gate was busy joins now, with no further waiting.
                 if not stop_seen:
                     stop_seen = await self._fill(batch, -math.inf)
-                await self._execute(loop, batch)
+                # Callers that gave up while the batch waited (cancelled) free their nodes.
+                live = [p for p in batch if not p.future.done()]
+                for p in batch:
+                    if p.future.done():
+                        self._dequeued(p)
+                if live:
+                    await self._execute(loop, live)
+                else:
+                    self._forming = []
             stopping = stopping or stop_seen
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:

@@ -407,7 +407,7 @@ def admitting_tolerances(candidates: Sequence[Candidate]) -> dict[str, float]:
     found: dict[str, float] = {}
     for tol in sorted(points):
         for c in candidates_within(candidates, tol):
-            found.setdefault(c.variant_id, round(tol, 4))
+            found.setdefault(c.variant_id, math.ceil(tol * 1e4 - 1e-6) / 1e4)  # not below the rule
         if len(found) == len(candidates):
             break
     return found

@@ -132,9 +132,24 @@ def profile_of(
     profiles: pd.DataFrame | None,
     curves: Mapping[str, list[dict[str, Any]]],
     split: str,
+    *,
+    sampling: str | None = None,
+    sampler_seed: int | None = None,
 ) -> tuple[VariantProfile | None, str | None]:
-    """The variant's profile, or ``None`` and why it is not routed to."""
+    """The variant's profile, or ``None`` and why it is not routed to.
+
+    With ``sampling``/``sampler_seed`` (the server's serving sampler), a service curve measured
+    with another sampler is refused: its times and answers are those of another pipeline.
+    """
     hint = "run `gnnaas profile` for this dataset"
+    for point in curves.get(variant_id, []):
+        measured_with = (point.get("sampling"), point.get("sampler_seed"))
+        if sampling is not None and measured_with != (sampling, sampler_seed):
+            return None, (
+                f"its service curve was measured with sampling={measured_with[0]} "
+                f"seed={measured_with[1]}, the server samples with sampling={sampling} "
+                f"seed={sampler_seed}; {hint} with the same GNNAAS_SAMPLING and GNNAAS_SEED"
+            )
     if profiles is None:
         return None, f"no readable profiles.csv; {hint}"
     rows = profiles[profiles["variant"] == variant_id]

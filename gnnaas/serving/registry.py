@@ -354,7 +354,14 @@ class VariantRegistry:
                     notes.append(f"variant {name}/{m.variant_id} skipped: {exc}")
                     _log.warning("skipping variant %s/%s: %s", name, m.variant_id, exc)
                     continue
-                profile, reason = profile_of(m.variant_id, profiles, curves, settings.profile_split)
+                profile, reason = profile_of(
+                    m.variant_id,
+                    profiles,
+                    curves,
+                    settings.profile_split,
+                    sampling=settings.sampling,
+                    sampler_seed=settings.seed,
+                )
                 profiled = str(profile.summary.get("date", "")) if profile is not None else ""
                 if _iso_utc(profiled) and _iso_utc(m.created) and profiled < m.created:
                     notes.append(

@@ -82,6 +82,8 @@ def fake_profiles_dir(tmp_path: Path) -> Path:
             "gather_ms": 0.05 * b**0.5,
             "compute_ms": 0.2 * b**0.5,
             "e2e_ms": 0.35 * b**0.5,
+            "sampling": "depth",
+            "sampler_seed": 0,
         }
         for v in sorted({r["variant"] for r in rows})
         for b in (1, 32, 256, 1024)

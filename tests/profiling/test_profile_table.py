@@ -46,6 +46,8 @@ def test_schema_matches_docs() -> None:
         "gather_ms",
         "compute_ms",
         "e2e_ms",
+        "sampling",
+        "sampler_seed",
     )
 
 
@@ -140,7 +142,16 @@ def test_has_profiles(
 ) -> None:
     variants = sorted({r["variant"] for r in fake_rows})
     manifests = [_Manifest(v) for v in variants]
+    # Profiles written before accuracy intervals existed are stale.
+    assert not has_profiles(fake_profiles_dir, manifests)
+    for r in fake_rows:
+        best = max(x["accuracy"] for x in fake_rows if x["split"] == r["split"])
+        r["diff_best"] = r["accuracy"] - best
+    write_profiles(fake_rows, fake_profiles_dir)
     assert has_profiles(fake_profiles_dir, manifests)
+    # Curves measured with another serving sampler are stale too.
+    assert not has_profiles(fake_profiles_dir, manifests, sampling="shared")
+    assert not has_profiles(fake_profiles_dir, manifests, sampler_seed=1)
     assert not has_profiles(fake_profiles_dir, [])
     assert not has_profiles(fake_profiles_dir, [*manifests, _Manifest("sage-lasso-16x")])
     # a variant regenerated after profiling needs a new profile

@@ -220,7 +220,8 @@ def write_tiny_repository(
         for batch_size, ms in zip((1, 32, 256, 1024), e2e, strict=True):  # any sizes do
             service_rows.append(
                 {"variant": variant_id, "batch_size": batch_size, "sample_ms": ms / 4,
-                 "gather_ms": ms / 4, "compute_ms": ms / 2, "e2e_ms": ms}
+                 "gather_ms": ms / 4, "compute_ms": ms / 2, "e2e_ms": ms, "sampling": "depth",
+                 "sampler_seed": 0}
             )  # fmt: skip
     write_profiles(profile_rows, profiles_dir / store.name)
     write_service_times(service_rows, profiles_dir / store.name)

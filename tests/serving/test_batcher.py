@@ -128,6 +128,23 @@ async def test_requests_arriving_while_the_gate_is_busy_join_the_batch(
     await batcher.stop()
 
 
+async def test_a_caller_that_gives_up_at_the_gate_is_not_computed() -> None:
+    gate = asyncio.Semaphore(1)
+    handler = Handler()
+    batcher: Batcher[int, int] = Batcher(handler, max_batch_size=10, gate=gate)
+    await gate.acquire()  # another variant's batch runs
+    kept = asyncio.ensure_future(batcher.submit(0, size=1))
+    dropped = asyncio.ensure_future(batcher.submit(1, size=4))
+    await _turns()
+    dropped.cancel()  # the client disconnected while its batch waited for the device
+    await _turns()
+    gate.release()
+    assert (await kept).value == 0
+    assert handler.batches == [[0]]
+    assert batcher.queued_nodes == batcher.in_flight_nodes == 0
+    await batcher.stop()
+
+
 async def test_requests_that_arrive_while_a_batch_runs_merge_into_the_next() -> None:
     handler = Handler(hold=True)
     batcher: Batcher[int, int] = Batcher(handler, max_batch_size=10, max_wait_s=0.0)

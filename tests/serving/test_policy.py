@@ -473,3 +473,30 @@ def test_router_never_loses_to_a_fixed_choice_under_steady_load(
     assert sum(a != b for a, b in zip(choices, choices[1:], strict=False)) <= 1
     assert choices[-1] == best_id
     assert len(routed.batches) <= len(best.batches) + 1
+
+
+def test_admitting_tolerances_are_exactly_where_the_rule_admits() -> None:
+    import random
+
+    from gnnaas.serving.policy import admitting_tolerances
+
+    rng = random.Random(0)
+    curve = ServiceCurve.from_points({1: 1.0, 1024: 10.0})
+    for trial in range(50):
+        best = "v0"
+        cands = [Candidate(best, 90.0, curve, PairedDiff(0.0, 0.0, 0.0, True, best))]
+        for i in range(1, 6):
+            diff = -rng.uniform(0.0, 8.0)
+            half = rng.uniform(0.05, 3.0)
+            lo, hi = diff - half, min(diff + half * rng.uniform(0.5, 1.5), 0.0)
+            cands.append(
+                Candidate(f"v{i}", 90.0 + diff, curve, PairedDiff(diff, lo, hi, False, best))
+            )
+        found = admitting_tolerances(cands)
+        assert set(found) == {c.variant_id for c in cands}, trial
+        for c in cands:
+            at = found[c.variant_id]
+            assert c.variant_id in {x.variant_id for x in candidates_within(cands, at)}
+            if at > 0:  # and not a hair below
+                below = {x.variant_id for x in candidates_within(cands, max(at - 1e-3, 0.0))}
+                assert c.variant_id not in below, (trial, c, at)

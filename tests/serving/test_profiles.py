@@ -54,3 +54,21 @@ def test_a_missing_paired_difference_means_no_paired_rule() -> None:
     profile, _ = profile_of("sage-full-1x", rows, CURVES, "val")
     assert profile is not None and profile.paired is None and profile.accuracy_lo == 79.0
     assert profile.summary["diff_best"] is None  # JSON-safe: NaN becomes null
+
+
+def test_a_curve_measured_with_another_sampler_is_not_routed() -> None:
+    stamped = {
+        "sage-full-1x": [
+            {**p, "sampling": "depth", "sampler_seed": 0} for p in CURVES["sage-full-1x"]
+        ]
+    }
+    ok, reason = profile_of(
+        "sage-full-1x", _rows(), stamped, "val", sampling="depth", sampler_seed=0
+    )
+    assert ok is not None and reason is None
+    for sampling, seed in (("shared", 0), ("depth", 7)):
+        profile, reason = profile_of(
+            "sage-full-1x", _rows(), stamped, "val", sampling=sampling, sampler_seed=seed
+        )
+        assert profile is None
+        assert reason is not None and "GNNAAS_SAMPLING and GNNAAS_SEED" in reason
