@@ -38,11 +38,14 @@ serve: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampler.py --quick
 	$(BIN)/python benchmarks/bench_variants.py --quick --data-root $(DATA_ROOT)
-	$(BIN)/python benchmarks/bench_router.py --quick
+	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python benchmarks/bench_drift.py --quick
+	$(BIN)/python benchmarks/bench_policy.py --quick --check
 
 bench-full: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampler.py
 	$(BIN)/python benchmarks/bench_variants.py --data-root $(DATA_ROOT)
+	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python benchmarks/bench_drift.py
+	$(BIN)/python benchmarks/bench_policy.py --check
 	$(BIN)/python benchmarks/bench_router.py
 
 clean:

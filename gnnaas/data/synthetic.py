@@ -180,7 +180,7 @@ PRESETS: dict[str, SyntheticConfig] = {
         3_000, 30_000, 64, 5, signal=0.35, num_informative=4, num_weak=60, weak_signal=0.15
     ),
     "flickr": SyntheticConfig(
-        89_250, 899_756, 500, 7, signal=0.16, num_informative=24, num_weak=476, weak_signal=0.04
+        89_250, 899_756, 500, 7, signal=0.16, num_informative=20, num_weak=480, weak_signal=0.05
     ),
     "arxiv": SyntheticConfig(
         169_343, 1_166_243, 128, 40, signal=0.45, num_informative=10, num_weak=118, weak_signal=0.16
