@@ -4,7 +4,8 @@ For each dataset: ``gnnaas prepare``-style variants and profiles (reused when pr
 ``gnnaas serve`` on a free 127.0.0.1 port, and for every routable variant, pinned with
 ``X-Variant``, sequential requests (one in flight, so each request is one batch) of 1, 4, 16, 64
 and 256 distinct test nodes. The server records each batch's time predicted by the variant's
-profiled service curve (no load factor) and the time it measured; this bench reads that record
+profiled service curve (no load factor) and the time it measured (rounds of 5 requests per
+variant and size, so a transient slowdown hits every variant alike); this bench reads that record
 from ``GET /v1/datasets/{d}/variants`` (``drift``) and prints, per variant and batch size, the
 median predicted and measured times and the median absolute relative error, overall and per size.
 
@@ -69,18 +70,22 @@ def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
         url = f"{server.base_url}/v1/datasets/{dataset}/predict"
         listing = server.get_json(f"/v1/datasets/{dataset}/variants")["variants"]
         routable = [v["id"] for v in listing if v["routable"]]
-        for vid in routable:
-            for size in sizes:
-                bodies = make_bodies(nodes, size, 64, seed=size)
-                spec = StepSpec(
-                    rate_rps=0.0,
-                    duration_s=args.max_s_per_size,
-                    max_requests=args.requests,
-                    concurrency=1,
-                    seed=size,
-                )
-                asyncio.run(run_closed(url, bodies, {"X-Variant": vid}, spec))
-            say(f"  {dataset} {vid}: {len(sizes)} sizes x {args.requests} requests")
+        bodies = {size: make_bodies(nodes, size, 64, seed=size) for size in sizes}
+        # Rounds over all variants and sizes, a few requests each: a transient slowdown of the
+        # machine then hits every variant alike instead of one variant's whole series.
+        per_round = 5
+        for r in range((args.requests + per_round - 1) // per_round):
+            for vid in routable:
+                for size in sizes:
+                    spec = StepSpec(
+                        rate_rps=0.0,
+                        duration_s=args.max_s_per_size,
+                        max_requests=per_round,
+                        concurrency=1,
+                        seed=r * 1000 + size,
+                    )
+                    asyncio.run(run_closed(url, bodies[size], {"X-Variant": vid}, spec))
+            say(f"  {dataset}: round {r + 1}, {len(routable)} variants x {len(sizes)} sizes")
         listing = server.get_json(f"/v1/datasets/{dataset}/variants")["variants"]
     rows = []
     for v in listing:

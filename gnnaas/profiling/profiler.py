@@ -43,6 +43,7 @@ thread and publishes the two side by side (``drift`` in ``/v1/datasets/{d}/varia
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as _dt
 import logging
 import math
@@ -60,6 +61,7 @@ from torch import Tensor
 from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.inference import (
     ExecRequest,
+    ExecResult,
     Executor,
     InferencePath,
     StageTimes,
@@ -87,6 +89,7 @@ _log = logging.getLogger(__name__)
 
 _WEIGHTS_FILE = "weights.safetensors"
 _MAX_SERVICE_RUNS = 200
+_SERVICE_ROUNDS = 5
 
 
 @dataclass
@@ -181,6 +184,14 @@ class _Profiler:
         self._samplers: dict[tuple[int, ...], Any] = {}
         perm_gen = torch.Generator().manual_seed(0)
         self._service_nodes = torch.randperm(store.num_nodes, generator=perm_gen)
+        # Service curves are timed in a worker thread, as the server's batcher runs its handler:
+        # on glibc a worker thread allocates from its own arena, which costs measurably more per
+        # small batch than the main thread (0.5 ms at one node on a 500-feature graph).
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gnnaas-curve")
+
+    def close(self) -> None:
+        """Stops the worker thread."""
+        self._worker.shutdown(wait=True)
 
     def sampler(self, fanouts: Sequence[int]) -> Any:
         """The serving sampler for ``fanouts``, built as the server builds it, once."""
@@ -288,47 +299,69 @@ class _Profiler:
             sizes.append(cap)  # the server's largest batch is a point of the curve
         return sizes
 
-    def service_times(self, executor: Executor, variant_id: str) -> list[dict[str, Any]]:
-        """The service curve: p50 times per batch size, as the server runs a batch.
+    def service_times(self, executors: dict[str, Executor]) -> list[dict[str, Any]]:
+        """The service curves: p50 times per variant and batch size, as the server runs a batch.
 
         Seeds are drawn from a fixed permutation of all nodes. ``e2e_ms`` is the wall time of the
         server's batch handler called with one request of the batch's nodes (dedupe, sample,
         gather, copy, forward, copy back, classes as lists): the call the server's batcher times
-        in its worker thread.
+        in its worker thread. Variants are timed in interleaved rounds (every variant and size a
+        short slot per round), so a transient slowdown of the machine spreads over all curves
+        instead of shifting one variant's; each (variant, size) gets at least ``service_runs``
+        runs and small batches keep running for ``min_time_s / 4`` in all (at most 200 runs).
         """
-        rows = []
         num_nodes = self._service_nodes.numel()
-        for size in self.service_sizes():
-            t = min(size, num_nodes)
-            executor([ExecRequest(self._service_nodes[:t])])  # warm-up
-            timed: list[StageTimes] = []
-            wall: list[float] = []
-            # At least service_runs runs, and small batches until a quarter of min_time_s has
-            # passed (at most _MAX_SERVICE_RUNS): their p50 is then not three noisy samples.
-            deadline = time.monotonic() + self.min_time_s / 4
-            r = 1
-            while len(wall) < self.service_runs or (
-                time.monotonic() < deadline and len(wall) < _MAX_SERVICE_RUNS
-            ):
-                w = self._service_nodes.roll(-((r * t) % num_nodes))[:t]
-                r += 1
-                start = time.perf_counter()
-                (result,) = executor([ExecRequest(w)])
-                wall.append((time.perf_counter() - start) * 1e3)
-                timed.append(result.times)
-            rows.append(
-                {
-                    "variant": variant_id,
-                    "batch_size": size,
-                    "sample_ms": summarize([x.sample_ms for x in timed]).p50,
-                    "gather_ms": summarize([x.comm_ms for x in timed]).p50,
-                    "compute_ms": summarize([x.compute_ms for x in timed]).p50,
-                    "e2e_ms": summarize(wall).p50,
-                    "sampling": self.sampling,
-                    "sampler_seed": self.sampler_seed,
-                }
-            )
+        sizes = self.service_sizes()
+        runs: dict[tuple[str, int], list[tuple[float, StageTimes]]] = {
+            (v, size): [] for v in executors for size in sizes
+        }
+        for executor in executors.values():
+            for size in sizes:  # warm-up
+                t = min(size, num_nodes)
+                self._worker.submit(_timed_batch, executor, self._service_nodes[:t]).result()
+        per_round = max(1, math.ceil(self.service_runs / _SERVICE_ROUNDS))
+        slot_s = self.min_time_s / 4 / _SERVICE_ROUNDS
+        offset = 1
+        for _ in range(_SERVICE_ROUNDS):
+            for size in sizes:
+                t = min(size, num_nodes)
+                for variant_id, executor in executors.items():
+                    timed = runs[(variant_id, size)]
+                    deadline = time.monotonic() + slot_s
+                    done = 0
+                    while done < per_round or (
+                        time.monotonic() < deadline and len(timed) < _MAX_SERVICE_RUNS
+                    ):
+                        w = self._service_nodes.roll(-((offset * t) % num_nodes))[:t]
+                        offset += 1
+                        ms, result = self._worker.submit(_timed_batch, executor, w).result()
+                        timed.append((ms, result.times))
+                        done += 1
+        rows = []
+        for variant_id in executors:
+            for size in sizes:
+                wall = [ms for ms, _ in runs[(variant_id, size)]]
+                stages = [st for _, st in runs[(variant_id, size)]]
+                rows.append(
+                    {
+                        "variant": variant_id,
+                        "batch_size": size,
+                        "sample_ms": summarize([x.sample_ms for x in stages]).p50,
+                        "gather_ms": summarize([x.comm_ms for x in stages]).p50,
+                        "compute_ms": summarize([x.compute_ms for x in stages]).p50,
+                        "e2e_ms": summarize(wall).p50,
+                        "sampling": self.sampling,
+                        "sampler_seed": self.sampler_seed,
+                    }
+                )
         return rows
+
+
+def _timed_batch(executor: Executor, seeds: Tensor) -> tuple[float, ExecResult]:
+    """One batch through the server's handler, timed where it runs (ms, result)."""
+    start = time.perf_counter()
+    (result,) = executor([ExecRequest(seeds)])
+    return (time.perf_counter() - start) * 1e3, result
 
 
 def _unlisted_variants(
@@ -541,57 +574,61 @@ def _profile_dataset(
 
     rows: list[dict[str, Any]] = []
     parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
-    service_rows: list[dict[str, Any]] = []
+    executors: dict[str, Executor] = {}  # all kept for the interleaved service curves
     bar = tqdm(manifests, desc=f"profile {store.name}", unit="variant", disable=not progress)
     # No outer inference_mode: the path applies it where the server does (not to sampling).
-    for listed in bar:
-        variant_id = listed.variant_id
-        bar.set_postfix_str(variant_id)
-        try:
-            loaded = repo.load(store.name, variant_id, device=dev)
-            manifest = loaded.manifest
-            _check_manifest(manifest, store)
-        except (ArtifactError, ConfigError) as exc:
-            _log.warning("skipping variant %s: %s", variant_id, exc)
-            skipped.append((variant_id, str(exc)))
-            continue
-        features = store.feature_subset(manifest.kept_features)
-        inference = InferencePath(loaded.model, features, prof.sampler(manifest.fanouts), dev)
-        weights = repo.path(store.name, variant_id) / _WEIGHTS_FILE
-        size_kb = weights.stat().st_size / 1024
-        head = {
-            **common,
-            "variant": variant_id,
-            "arch": manifest.arch,
-            "ranking": manifest.ranking,
-            "prune": manifest.prune,
-            "features_kept": manifest.in_channels,
-            "size_kb": size_kb,
-        }
-        for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
-            fields, parts[(variant_id, split)] = prof.profile_split(
-                inference, manifest, nodes, split
+    try:
+        for listed in bar:
+            variant_id = listed.variant_id
+            bar.set_postfix_str(variant_id)
+            try:
+                loaded = repo.load(store.name, variant_id, device=dev)
+                manifest = loaded.manifest
+                _check_manifest(manifest, store)
+            except (ArtifactError, ConfigError) as exc:
+                _log.warning("skipping variant %s: %s", variant_id, exc)
+                skipped.append((variant_id, str(exc)))
+                continue
+            features = store.feature_subset(manifest.kept_features)
+            inference = InferencePath(loaded.model, features, prof.sampler(manifest.fanouts), dev)
+            weights = repo.path(store.name, variant_id) / _WEIGHTS_FILE
+            size_kb = weights.stat().st_size / 1024
+            head = {
+                **common,
+                "variant": variant_id,
+                "arch": manifest.arch,
+                "ranking": manifest.ranking,
+                "prune": manifest.prune,
+                "features_kept": manifest.in_channels,
+                "size_kb": size_kb,
+            }
+            for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
+                fields, parts[(variant_id, split)] = prof.profile_split(
+                    inference, manifest, nodes, split
+                )
+                row = {**head, **fields}
+                rows.append(row)
+                _log.info(
+                    "variant: %s split: %s accuracy: %.2f latency_ms: %.3f comm_comp: %.3f",
+                    variant_id,
+                    split,
+                    row["accuracy"],
+                    row["latency_ms"],
+                    row["comm_comp"],
+                )
+            executor = Executor(
+                loaded.model,
+                features,
+                prof.sampler(manifest.fanouts),
+                device=dev,
+                multi_label=manifest.multi_label,
+                name=variant_id,
             )
-            row = {**head, **fields}
-            rows.append(row)
-            _log.info(
-                "variant: %s split: %s accuracy: %.2f latency_ms: %.3f comm_comp: %.3f",
-                variant_id,
-                split,
-                row["accuracy"],
-                row["latency_ms"],
-                row["comm_comp"],
-            )
-        executor = Executor(
-            loaded.model,
-            features,
-            prof.sampler(manifest.fanouts),
-            device=dev,
-            multi_label=manifest.multi_label,
-            name=variant_id,
-        )
-        service_rows.extend(prof.service_times(executor, variant_id))
-        del loaded, inference, executor
+            executors[variant_id] = executor
+            del loaded, inference, executor
+        service_rows = prof.service_times(executors) if executors else []
+    finally:
+        prof.close()
 
     if not rows:
         reasons = "; ".join(f"{v}: {r}" for v, r in skipped)
