@@ -34,8 +34,17 @@ gnnaas.data.load_dataset = lambda name, data_root=None, **kwargs: store
 from gnnaas.serving.app import create_app
 from gnnaas.serving.settings import Settings
 
+from fastapi.testclient import TestClient
+
 app = create_app(Settings(variants_dir={variants!r}, profiles_dir={profiles!r}, device="cpu"))
-assert app.state.router.registry.datasets, "nothing loaded"
+with TestClient(app) as client:  # serve, so that lazily imported code paths run too
+    name = next(iter(app.state.router.registry.datasets))
+    answer = client.post(
+        f"/v1/datasets/{{name}}/predict", json={{"nodes": [0, 1]}},
+        headers={{"X-Accuracy-Tolerance": "1"}},
+    )
+    assert answer.status_code == 200, answer.text
+    assert client.get(f"/v1/datasets/{{name}}/variants").status_code == 200
 print(json.dumps([m for m in {forbidden!r} if m in sys.modules]))
 """
 
