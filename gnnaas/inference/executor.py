@@ -94,6 +94,12 @@ class Executor:
         self.name = name
         self.calls = 0  # batches served, read by tests and benchmarks
 
+    @property
+    def last_batch_seeds(self) -> int:
+        """Unique nodes of the last batch (its requests' nodes, deduplicated): the batch size the
+        profiled service curve is indexed by. Read after the batch, from the batcher's callback."""
+        return self.path.last_num_seeds
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.name!r}, device={self.device}, "

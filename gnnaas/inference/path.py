@@ -140,6 +140,7 @@ class InferencePath:
         self._cuda = self.device.type == "cuda"
         self._pinned: Tensor | None = None  # [capacity, F_kept] gather buffer (CUDA only)
         self._lock = threading.Lock()
+        self.last_num_seeds = 0  # unique nodes of the last predict() batch
 
     def __repr__(self) -> str:
         return (
@@ -242,6 +243,7 @@ class InferencePath:
         t0 = time.perf_counter()
         seeds, inverse = torch.unique(nodes, return_inverse=True)  # [B], [n]
         dedupe_ms = (time.perf_counter() - t0) * 1e3
+        self.last_num_seeds = int(seeds.numel())  # the batch size the service curve is indexed by
         logits, times, num_sampled = self.run(seeds)
         times = dataclasses.replace(times, sample_ms=times.sample_ms + dedupe_ms)
         return PathOutput(logits[inverse], times, num_sampled)  # [n, C]

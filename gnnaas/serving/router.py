@@ -201,13 +201,15 @@ class Lane:
         profile = self.variant.profile
         if stats.error is not None or profile is None:
             return
-        predicted_ms = profile.service.predict(stats.batch_size)
+        # The curve is indexed by unique nodes; requests of one batch may share some.
+        nodes = getattr(self.handler, "last_batch_seeds", None) or stats.batch_size
+        predicted_ms = profile.service.predict(nodes)
         # The handler's own time (worker thread), the call the profile timed; the hand-off to
         # and from the thread is the router's overhead, not the variant's.
         measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
         measured_ms = measured_s * 1e3
         self.speed.observe(measured_ms, predicted_ms)
-        self.drift.add(stats.batch_size, predicted_ms=predicted_ms, measured_ms=measured_ms)
+        self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms)
         self._metrics.batch_time(
             self.dataset.name,
             self.variant.variant_id,

@@ -100,3 +100,10 @@ def test_executor_runs_the_inference_path(store: GraphStore) -> None:
     (out,) = ex([ExecRequest(nodes, proba=True)])
     logits = ex.path.predict(nodes).logits
     assert torch.allclose(torch.tensor(out.predictions), torch.softmax(logits, -1), atol=1e-6)
+
+
+def test_last_batch_counts_unique_nodes(store: GraphStore) -> None:
+    # The service curve is indexed by unique seeds; requests of one batch may share nodes.
+    ex = _executor(store)
+    ex([ExecRequest(torch.tensor([1, 2, 3])), ExecRequest(torch.tensor([3, 2, 9]))])
+    assert ex.last_batch_seeds == 4
