@@ -88,7 +88,8 @@ class Prediction:
         predictions (list): one entry per requested node.
         queue_ms (float): time in the batcher's queue.
         sample_ms (float): sampling time of its batch.
-        gather_ms (float): feature gather (and copy) time of its batch.
+        gather_ms (float): moving data of its batch: feature gather, host→device copy and outputs
+            back (§5 comm_ms; the copies are 0 on the CPU).
         compute_ms (float): forward time of its batch.
         batch_size (int): nodes in its batch.
         batch_requests (int): requests in its batch.
@@ -427,7 +428,7 @@ class Router:
             predictions=out.value.predictions,
             queue_ms=out.queue_s * 1e3,
             sample_ms=times.sample_ms,
-            gather_ms=times.gather_ms,
+            gather_ms=times.comm_ms,  # gather + host→device copy + outputs back (§5 comm)
             compute_ms=times.compute_ms,
             batch_size=out.batch_size,
             batch_requests=out.batch_requests,
