@@ -12,8 +12,9 @@ Names resolve lazily (PEP 562): importing ``gnnaas.profiling.table`` does not lo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gnnaas._lazy import attach
 
 if TYPE_CHECKING:
     from gnnaas.profiling.perfmodel import Calibration, PerfEstimate, calibrate, estimate
@@ -41,7 +42,6 @@ _SOURCES = {
     ),
     "timers": ("LatencyStats", "StageClock", "peak_memory_bytes", "summarize"),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "Calibration",
@@ -63,14 +63,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, _MODULE_OF = attach(__name__, _SOURCES)

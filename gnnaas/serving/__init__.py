@@ -10,8 +10,9 @@ nothing here loads training or plotting code.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gnnaas._lazy import attach
 
 if TYPE_CHECKING:
     from gnnaas.serving.app import create_app
@@ -53,7 +54,6 @@ _SOURCES = {
     "sampler": ("DepthSampler",),
     "settings": ("Settings",),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "BatchStats",
@@ -84,14 +84,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, _MODULE_OF = attach(__name__, _SOURCES)
