@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from gnnaas.errors import ArtifactError
+from gnnaas.profiling.uncertainty import INTERVAL_COLUMNS
 from gnnaas.typing import PathType
 from gnnaas.utils import atomic_write_text
 
@@ -64,13 +65,7 @@ PROFILE_COLUMNS: tuple[str, ...] = (
     "num_batches",
     "accuracy",
     "accuracy_std",
-    "accuracy_lo",
-    "accuracy_hi",
-    "best_variant",
-    "diff_best",
-    "diff_best_lo",
-    "diff_best_hi",
-    "tie_best",
+    *INTERVAL_COLUMNS,
     "sample_ms",
     "comm_ms",
     "comp_ms",
@@ -92,15 +87,7 @@ PROFILE_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``profiles.csv``, in file order."""
 
-PROFILE_INTERVAL_COLUMNS: tuple[str, ...] = (
-    "accuracy_lo",
-    "accuracy_hi",
-    "best_variant",
-    "diff_best",
-    "diff_best_lo",
-    "diff_best_hi",
-    "tie_best",
-)
+PROFILE_INTERVAL_COLUMNS: tuple[str, ...] = INTERVAL_COLUMNS
 """Accuracy intervals and paired differences to the split's most accurate variant
 (:mod:`gnnaas.profiling.uncertainty`). Optional: rows and files without them (profiles written
 before they existed) read and write with NaN there."""
