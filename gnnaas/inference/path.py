@@ -185,15 +185,18 @@ class InferencePath:
             out = self.model(x, blocks)  # [B, C], already on the host
             t3 = time.perf_counter()
             return StageTimes(sample_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3), out
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-        events[0].record()
-        x, blocks = self._to_device(x, blocks)
-        events[1].record()
-        out = self.model(x, blocks)
-        events[2].record()
-        out = out.to("cpu")  # intended sync: the caller needs the values
-        events[3].record()
-        events[3].synchronize()  # already reached: the copy above blocked
+        # Events record on the current device's stream: make that this path's device (cuda:1
+        # while cuda:0 is current would otherwise time the wrong stream).
+        with torch.cuda.device(self.device):
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            events[0].record()
+            x, blocks = self._to_device(x, blocks)
+            events[1].record()
+            out = self.model(x, blocks)
+            events[2].record()
+            out = out.to("cpu")  # intended sync: the caller needs the values
+            events[3].record()
+            events[3].synchronize()  # already reached: the copy above blocked
         h2d, comp, d2h = (a.elapsed_time(b) for a, b in zip(events, events[1:], strict=False))
         return StageTimes(sample_ms, (t2 - t1) * 1e3 + h2d, comp, d2h), out
 
