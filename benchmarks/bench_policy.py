@@ -15,9 +15,10 @@ Each policy is measured by closed-loop steps at rising concurrency (``--concurre
 (``--bound-ms``): the best step within it, interpolated towards the first step over it; a series
 stops after two steps in a row over the bound. Closed loop,
 not open loop: a step's throughput is a mean over thousands of answers, so one noisy step moves it
-by a few percent instead of ending a series. Policies are interleaved within each repeat (a drift
-of the machine hits all of them alike) and the whole set is repeated ``--repeats`` times; the
-tables give the median and the spread (min–max).
+by a few percent instead of ending a series. Policies are interleaved at every concurrency level
+(all policies run their step at one level, in a rotating order, before any moves on), so compared
+steps ran seconds apart and a drift of the machine hits all of them alike; the whole set is
+repeated ``--repeats`` times, and the tables give the median and the spread (min–max).
 
 The rule checked (``--check``, as ``make bench`` does): for every request size, tolerance and
 repeat, the router's sustained rate is at least ``--ratio`` (0.9) times that of the best fixed
@@ -133,34 +134,65 @@ def prerun_rates(
     return rates
 
 
-def sustained(
-    url: str, bodies: list[bytes], policy: Policy, args: argparse.Namespace, bound_ms: float
+def run_step(
+    url: str, bodies: list[bytes], policy: Policy, concurrency: int, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Closed-loop steps at rising concurrency; the best throughput with p99 within the bound."""
-    steps = []
-    for concurrency in args.concurrency:
-        spec = StepSpec(
-            rate_rps=0.0,
-            duration_s=args.step_s,
-            max_requests=args.step_max_requests,
-            concurrency=concurrency,
-            seed=concurrency,
-        )
-        result = asyncio.run(run_closed(url, bodies, policy.headers, spec))
-        steps.append(
-            {
-                "concurrency": concurrency,
-                "throughput_rps": result.throughput_rps,
-                "p50_ms": result.percentile(50),
-                "p99_ms": result.percentile(99),
-                "errors": result.error_share + result.rejected_share,
-                "variants": dict(result.variants_served()),
-            }
-        )
-        over = [st["p99_ms"] > bound_ms for st in steps]
-        if len(over) >= 2 and over[-1] and over[-2]:
-            break  # two steps in a row over the bound: more clients only queue longer
-    return {"rate_rps": rate_at_bound(steps, bound_ms), "steps": steps}
+    """One closed-loop step of ``policy`` at ``concurrency``."""
+    spec = StepSpec(
+        rate_rps=0.0,
+        duration_s=args.step_s,
+        max_requests=args.step_max_requests,
+        concurrency=concurrency,
+        seed=concurrency,
+    )
+    result = asyncio.run(run_closed(url, bodies, policy.headers, spec))
+    return {
+        "concurrency": concurrency,
+        "throughput_rps": result.throughput_rps,
+        "p50_ms": result.percentile(50),
+        "p99_ms": result.percentile(99),
+        "errors": result.error_share + result.rejected_share,
+        "variants": dict(result.variants_served()),
+    }
+
+
+def sustained_interleaved(
+    url: str,
+    bodies: list[bytes],
+    policies: Sequence[Policy],
+    args: argparse.Namespace,
+    bound_ms: float,
+    rotate: int,
+) -> dict[str, dict[str, Any]]:
+    """Every policy's closed-loop steps, interleaved *per concurrency level*.
+
+    At each level every policy still in the race runs its step before any policy moves to the
+    next level, in an order rotated from level to level (and by ``rotate`` between repeats), so
+    the steps that are compared ran within seconds of each other: a drift of the machine or of
+    the client hits them alike. A policy stops after two steps in a row over the bound (more
+    clients would only queue longer). Its sustained rate is :func:`rate_at_bound` of its steps.
+    """
+    steps: dict[str, list[dict[str, Any]]] = {p.key: [] for p in policies}
+    live = list(policies)
+    for level, concurrency in enumerate(args.concurrency):
+        k = (level + rotate) % len(live) if live else 0
+        for pol in live[k:] + live[:k]:
+            steps[pol.key].append(run_step(url, bodies, pol, concurrency, args))
+        live = [
+            p
+            for p in live
+            if not (
+                len(steps[p.key]) >= 2
+                and steps[p.key][-1]["p99_ms"] > bound_ms
+                and steps[p.key][-2]["p99_ms"] > bound_ms
+            )
+        ]
+        if not live:
+            break
+    return {
+        key: {"rate_rps": rate_at_bound(series, bound_ms), "steps": series}
+        for key, series in steps.items()
+    }
 
 
 def rate_at_bound(steps: list[dict[str, Any]], bound_ms: float) -> float:
@@ -241,11 +273,9 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
                 asyncio.run(run_closed(url, bodies, pol.headers, spec))
             repeats: list[dict[str, Any]] = []
             for r in range(args.repeats):
-                order = pols if r % 2 == 0 else list(reversed(pols))  # interleave, alternate
-                measured = {}
-                for pol in order:
-                    wait_idle(server, cfg.dataset)
-                    measured[pol.key] = sustained(url, bodies, pol, args, bound_ms)
+                wait_idle(server, cfg.dataset)
+                measured = sustained_interleaved(url, bodies, pols, args, bound_ms, rotate=r)
+                for pol in pols:
                     say(
                         f"  repeat {r + 1} {pol.key:<28} "
                         f"{measured[pol.key]['rate_rps']:8.0f} req/s at p99 <= {bound_ms:g} ms"
@@ -360,7 +390,8 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
         "(interpolated between steps), over concurrency levels "
         + ", ".join(str(c) for c in results["args"]["concurrency"])
         + "."
-        f" Median (min–max) of {results['args']['repeats']} interleaved repeats.",
+        f" Median (min–max) of {results['args']['repeats']} repeats; policies interleaved at"
+        " every concurrency level.",
         "",
     ]
     o = results["overhead"]

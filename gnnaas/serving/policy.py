@@ -63,6 +63,7 @@ __all__ = [
     "VariantLoad",
     "admitting_tolerances",
     "candidates_within",
+    "select_admitted",
     "select_variant",
 ]
 
@@ -438,15 +439,36 @@ def select_variant(
     Raises:
         ValueError: on no candidates or a negative ``tie_margin``.
     """
+    admitted = candidates_within(candidates, request.effective_tolerance)
+    return select_admitted(request, admitted, snapshot, tie_margin=tie_margin)
+
+
+def select_admitted(
+    request: RequestSpec,
+    admitted: Sequence[Candidate],
+    snapshot: LoadSnapshot | None = None,
+    *,
+    tie_margin: float = 0.0,
+) -> Selection:
+    """:func:`select_variant` given its admissible candidates, most accurate first.
+
+    The admissible set depends only on the profiles and the tolerance, so a caller that decides
+    many requests (the router) computes it once per tolerance with :func:`candidates_within` and
+    keeps it; this part reads the load.
+
+    Raises:
+        ValueError: on no candidates or a negative ``tie_margin``.
+    """
     if not math.isfinite(tie_margin) or tie_margin < 0:
         raise ValueError(
             f"select_variant tie_margin must be a finite number >= 0 (got {tie_margin})"
         )
+    if not admitted:
+        raise ValueError("select_admitted needs at least one candidate (got none)")
     snap = snapshot or LoadSnapshot()
     n, slo_ms = request.num_nodes, request.slo_ms
-    within = candidates_within(candidates, request.effective_tolerance)
-    considered = tuple(c.variant_id for c in within)
-    within = [c for c in within if snap.load(c.variant_id).room_nodes >= n] or within
+    considered = tuple(c.variant_id for c in admitted)
+    within = [c for c in admitted if snap.load(c.variant_id).room_nodes >= n] or list(admitted)
     wait = max(0.0, snap.ahead_ms)
     # (predicted, candidate) in most-accurate-first order.
     scored = [(snap.completion_ms(c.variant_id, c.service, n), c) for c in within]

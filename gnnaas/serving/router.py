@@ -33,7 +33,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +46,13 @@ from gnnaas.serving.drift import DriftRecord
 from gnnaas.serving.executor import ExecRequest, ExecResult, Executor
 from gnnaas.serving.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.policy import (
+    Candidate,
     LoadSnapshot,
     RequestSpec,
     Selection,
     VariantLoad,
-    select_variant,
+    candidates_within,
+    select_admitted,
 )
 from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.settings import Settings
@@ -73,6 +75,9 @@ ExecutorFactory = Callable[
 """Builds the blocking batch handler of one variant (default: :class:`Executor`)."""
 
 _SCALE_BOUNDS = (0.1, 20.0)
+# Admissible sets kept per (dataset, tolerance); tolerances are numbers clients choose, so the
+# cache is emptied when it reaches this size instead of growing without bound.
+_ADMITTED_CACHE_SIZE = 256
 
 
 class NotFoundError(ConfigError, LookupError):
@@ -272,6 +277,9 @@ class Router:
         self._lanes: dict[tuple[str, str], Lane] = {}
         self.speed = Speed(settings.load_ewma_alpha)
         self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
+        self._admitted: dict[
+            tuple[str, float], tuple[tuple[Candidate, ...], tuple[Candidate, ...]]
+        ] = {}
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -317,7 +325,9 @@ class Router:
         """The lane of one variant (``KeyError`` when unknown)."""
         return self._lanes[(dataset, variant_id)]
 
-    def load_snapshot(self, dataset: ServedDataset) -> LoadSnapshot:
+    def load_snapshot(
+        self, dataset: ServedDataset, variant_ids: Iterable[str] | None = None
+    ) -> LoadSnapshot:
         """The load of ``dataset``'s variants, measured now: one frozen object per decision.
 
         The work ahead of a new batch of ``dataset`` is what is left of the running batches plus
@@ -327,6 +337,12 @@ class Router:
         Each variant's ``wait_ms`` is the policy's predicted completion with no new nodes (0 for
         unprofiled variants, which are never routed to). The policy and
         ``GET /v1/datasets/{dataset}/variants`` both read this object.
+
+        Args:
+            dataset (ServedDataset): the dataset.
+            variant_ids (Iterable[str], optional): only these variants' loads, without
+                ``wait_ms`` and ``running_ms`` (what a decision reads: speed and room).
+                (default: ``None``: every variant, in full)
         """
         now = time.monotonic()
         ahead, waiting, running = 0.0, 0, 0
@@ -337,14 +353,25 @@ class Router:
                 running += lane.batcher.in_flight_nodes
             else:
                 ahead += lane.queued_ms()
+        loads = {}
+        if variant_ids is not None:
+            for v in variant_ids:
+                own = self._lanes.get((dataset.name, v))
+                if own is not None:
+                    b = own.batcher
+                    loads[v] = VariantLoad(
+                        queued_nodes=b.queued_nodes, speed=own.scale, room_nodes=b.room_nodes
+                    )
         base = LoadSnapshot(
             ahead_ms=ahead / self.settings.max_concurrent_batches,
             waiting_nodes=waiting,
             running_nodes=running,
+            variants=loads,
             max_batch_nodes=self.settings.max_batch_nodes,
             current=self._last.get(dataset.name),
         )
-        loads = {}
+        if variant_ids is not None:
+            return base
         for v, variant in dataset.variants.items():
             own = self._lanes.get((dataset.name, v))
             if own is None:
@@ -359,6 +386,22 @@ class Router:
                 room_nodes=own.batcher.room_nodes,
             )
         return dataclasses.replace(base, variants=loads)
+
+    def admitted(self, dataset: ServedDataset, tolerance: float) -> tuple[Candidate, ...]:
+        """``dataset``'s candidates admissible under ``tolerance``, most accurate first (cached).
+
+        The set depends on the profiles and the tolerance only, so it is computed once per
+        tolerance (and again when the dataset's candidates are replaced).
+        """
+        key = (dataset.name, tolerance)
+        hit = self._admitted.get(key)
+        if hit is not None and hit[0] is dataset.candidates:
+            return hit[1]
+        admitted = tuple(candidates_within(dataset.candidates, tolerance))
+        if len(self._admitted) >= _ADMITTED_CACHE_SIZE:
+            self._admitted.clear()
+        self._admitted[key] = (dataset.candidates, admitted)
+        return admitted
 
     def queue_depths(self) -> Iterator[QueueDepth]:
         """Queued and running nodes of every variant (read by ``/metrics``)."""
@@ -391,10 +434,12 @@ class Router:
                     f"known variants: {known}"
                 )
             return variant, None
-        selection = select_variant(
-            RequestSpec(num_nodes, tolerance, slo_ms),
-            dataset.candidates,
-            self.load_snapshot(dataset),
+        request = RequestSpec(num_nodes, tolerance, slo_ms)
+        admitted = self.admitted(dataset, request.effective_tolerance)
+        selection = select_admitted(
+            request,
+            admitted,
+            self.load_snapshot(dataset, (c.variant_id for c in admitted)),
             tie_margin=self.settings.tie_margin,
         )
         self._last[dataset.name] = selection.variant_id

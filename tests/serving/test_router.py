@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from serving_fakes import FakeModel, held
 
 from gnnaas.errors import OverloadedError
 from gnnaas.serving import NotFoundError, Router, Settings, VariantRegistry
-from gnnaas.serving.policy import LoadSnapshot
+from gnnaas.serving.policy import LoadSnapshot, RequestSpec, candidates_within, select_variant
 
 
 @pytest.fixture
@@ -238,3 +239,29 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_settings_are_checked(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         Settings(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_admitted_sets_are_cached_per_tolerance_and_follow_new_profiles(
+    router: Router,
+) -> None:
+    ds = router.registry.datasets["toy"]
+    for tol in (0.0, 1.0, 5.0, 50.0, math.inf):
+        want = [c.variant_id for c in candidates_within(ds.candidates, tol)]
+        assert [c.variant_id for c in router.admitted(ds, tol)] == want
+        assert router.admitted(ds, tol) is router.admitted(ds, tol)  # computed once
+    # The same decision as the uncached policy on a snapshot of every variant.
+    for tol in (0.0, 5.0, 50.0):
+        sel = router.select(ds, 3, tolerance=tol)[1]
+        assert sel is not None
+        full = select_variant(
+            RequestSpec(3, tol), ds.candidates, router.load_snapshot(ds), tie_margin=0.1
+        )
+        assert sel.variant_id == full.variant_id and sel.considered == full.considered
+    # New candidates (a reload) are not answered from the old set.
+    fastest = router.admitted(ds, 50.0)[-1]
+    ds.candidates = (fastest,)
+    assert [c.variant_id for c in router.admitted(ds, 50.0)] == [fastest.variant_id]
+    # Client-chosen tolerances do not grow the cache without bound.
+    for i in range(1000):
+        router.admitted(ds, i / 7)
+    assert len(router._admitted) <= 256
