@@ -46,12 +46,13 @@ Example:
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from gnnaas.profiling.uncertainty import TIE_MARGIN, admissible
 
 __all__ = [
     "Candidate",
@@ -70,22 +71,6 @@ __all__ = [
 # Accuracies are compared with a small slack so that 81.0 - 2.0 admits a variant at 79.0 exactly
 # despite floating-point noise in the profile table.
 _ACC_EPS = 1e-9
-
-AdmissibleRule = Callable[[float, float, float, float], bool]
-
-
-@functools.cache
-def _paired_rule() -> AdmissibleRule | None:
-    """:func:`gnnaas.profiling.uncertainty.admissible`, imported once on first use.
-
-    Imported lazily so that the policy stays importable on its own; ``None`` when the module is
-    missing (the point-accuracy rule applies then).
-    """
-    try:
-        from gnnaas.profiling.uncertainty import admissible
-    except ImportError:
-        return None
-    return admissible
 
 
 @dataclass(frozen=True)
@@ -350,7 +335,7 @@ def candidates_within(candidates: Sequence[Candidate], tolerance: float) -> list
     """The candidates admissible under ``tolerance``, most accurate first.
 
     With a :class:`PairedDiff` on every candidate, all against the same routable best variant
-    (and :mod:`gnnaas.profiling.uncertainty` available), a candidate is admitted when
+    a candidate is admitted when
     ``admissible(diff_best, lo, hi, tolerance)`` holds;
     otherwise when its point accuracy is within ``tolerance`` points of the most accurate one.
     ``math.inf`` admits every candidate. Should the paired rule admit none, the point rule
@@ -367,13 +352,12 @@ def candidates_within(candidates: Sequence[Candidate], tolerance: float) -> list
     if math.isinf(tolerance):
         kept = list(candidates)
     else:
-        rule = _paired_rule() if _paired_comparable(candidates) else None
-        if rule is not None:
+        if _paired_comparable(candidates):
             kept = [
                 c
                 for c in candidates
                 if c.paired is not None
-                and rule(c.paired.diff_best, c.paired.lo, c.paired.hi, tolerance)
+                and admissible(c.paired.diff_best, c.paired.lo, c.paired.hi, tolerance)
             ]
         if not kept:
             best = max(c.accuracy for c in candidates)
@@ -393,8 +377,6 @@ def admitting_tolerances(candidates: Sequence[Candidate]) -> dict[str, float]:
     Returns:
         dict[str, float]: variant id → smallest admitting tolerance (points, ``>= 0``).
     """
-    from gnnaas.profiling.uncertainty import TIE_MARGIN
-
     if not candidates:
         return {}
     best = max(c.accuracy for c in candidates)

@@ -296,8 +296,6 @@ def _paired() -> list[Candidate]:
 def test_paired_rule_admits_and_rejects_what_it_should(
     tolerance: float, paired: set[str], point: set[str] | None
 ) -> None:
-    pytest.importorskip("gnnaas.profiling.uncertainty")
-    assert policy._paired_rule() is not None
     assert {c.variant_id for c in candidates_within(_paired(), tolerance)} == paired
     if point is not None:
         unpaired = [Candidate(c.variant_id, c.accuracy, c.service) for c in _paired()]
@@ -311,7 +309,7 @@ def test_paired_rule_is_the_one_of_uncertainty(monkeypatch: pytest.MonkeyPatch) 
         seen.append((diff, lo, hi, tolerance))
         return diff == 0.0  # only the best
 
-    monkeypatch.setattr(policy, "_paired_rule", lambda: fake)
+    monkeypatch.setattr(policy, "admissible", fake)
     assert [c.variant_id for c in candidates_within(_paired(), 7.0)] == ["sage-full-1x"]
     assert (-1.5, -2.0, -1.0, 7.0) in seen
     # An unbounded tolerance admits everything without asking the rule.
@@ -320,7 +318,7 @@ def test_paired_rule_is_the_one_of_uncertainty(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_point_rule_without_comparable_paired_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(policy, "_paired_rule", lambda: lambda *args: True)
+    monkeypatch.setattr(policy, "admissible", lambda *args: True)
     cands = _paired()
     # One variant profiled before intervals existed: the point rule for all.
     older = [*cands[:3], Candidate("sage-random-4x", 80.0, cands[3].service)]
@@ -335,12 +333,11 @@ def test_point_rule_without_comparable_paired_columns(monkeypatch: pytest.Monkey
     ]
     assert len(candidates_within(other_best, 0.0)) == 1
     # The rule admitting nothing falls back to the point rule as well.
-    monkeypatch.setattr(policy, "_paired_rule", lambda: lambda *args: False)
+    monkeypatch.setattr(policy, "admissible", lambda *args: False)
     assert [c.variant_id for c in candidates_within(cands, 0.0)] == ["sage-full-1x"]
 
 
 def test_paired_rule_decides_the_route() -> None:
-    pytest.importorskip("gnnaas.profiling.uncertainty")
     # Tolerance 0: 1x and the tied 2x are admissible and 2x is faster.
     assert _pick(tolerance=0.0, cands=_paired()).variant_id == "sage-lasso-2x"
 
