@@ -29,7 +29,11 @@ from gnnaas.errors import ConfigError
 if TYPE_CHECKING:
     from gnnaas.sampling import Block
 
-__all__ = ["Arch", "GNN", "build_model"]
+__all__ = ["FAMILIES", "Arch", "GNN", "build_model"]
+
+
+FAMILIES = ("gnnaas", "pyg")
+"""Layer layouts :func:`build_model` builds (see its ``family`` argument)."""
 
 
 class Arch(StrEnum):
@@ -192,6 +196,7 @@ def build_model(
     out_channels: int,
     num_layers: int = 2,
     dropout: float = 0.5,
+    family: str = "gnnaas",
 ) -> GNN:
     """Builds an untrained model of architecture ``arch``.
 
@@ -202,21 +207,31 @@ def build_model(
         out_channels (int): number of classes.
         num_layers (int, optional): number of convolutions. (default: ``2``)
         dropout (float, optional): dropout between layers. (default: ``0.5``)
+        family (str, optional): the layer layout: ``gnnaas`` (:class:`~gnnaas.models.SAGE`,
+            :class:`~gnnaas.models.GIN`) or ``pyg``, that of PyG's own ``GraphSAGE`` and ``GIN``
+            models (:mod:`gnnaas.models.pyg`), for variants of a user's PyG model.
+            (default: ``"gnnaas"``)
 
     Returns:
-        GNN: a :class:`~gnnaas.models.SAGE` or :class:`~gnnaas.models.GIN`.
+        GNN: a model of that architecture and layout.
 
     Raises:
-        ConfigError: ``arch`` is not an architecture.
+        ConfigError: ``arch`` is not an architecture or ``family`` not a layout.
 
     Example:
         >>> build_model("sage", 1433, 256, 7)
         SAGE(1433, 256, 7, num_layers=2, dropout=0.5)
     """
     from gnnaas.models.gin import GIN
+    from gnnaas.models.pyg import PyGGIN, PyGSAGE
     from gnnaas.models.sage import SAGE
 
-    classes: dict[Arch, type[GNN]] = {Arch.SAGE: SAGE, Arch.GIN: GIN}
-    return classes[Arch.parse(arch)](
+    families: dict[str, dict[Arch, type[GNN]]] = {
+        "gnnaas": {Arch.SAGE: SAGE, Arch.GIN: GIN},
+        "pyg": {Arch.SAGE: PyGSAGE, Arch.GIN: PyGGIN},
+    }
+    if family not in families:
+        raise ConfigError(f"unknown model family {family!r}; choose {' or '.join(families)}")
+    return families[family][Arch.parse(arch)](
         in_channels, hidden_channels, out_channels, num_layers=num_layers, dropout=dropout
     )

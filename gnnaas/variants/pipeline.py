@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import torch
 
 from gnnaas.errors import ConfigError
 from gnnaas.typing import Device
+from gnnaas.variants.master import warm_start_state
 from gnnaas.variants.ranking import Ranking, rank_features
 from gnnaas.variants.repository import (
     FULL_RANKING,
@@ -53,14 +54,15 @@ class GenerateRow:
         features_kept (int): input features the variant keeps.
         val_acc (float): validation accuracy in [0, 1] (from training, or from the stored manifest).
         train_time_s (float): training time in seconds (stored value when skipped).
-        status (str): ``"trained"`` or ``"skipped"`` (an existing variant matched the request).
+        status (str): ``"trained"``, ``"skipped"`` (an existing variant matched the request) or
+            ``"user"`` (the user's master model, kept as it is).
     """
 
     variant_id: str
     features_kept: int
     val_acc: float
     train_time_s: float
-    status: Literal["trained", "skipped"]
+    status: Literal["trained", "skipped", "user"]
 
 
 def generate_variants(
@@ -74,12 +76,17 @@ def generate_variants(
     device: Device = "cpu",
     force: bool = False,
     progress: bool = False,
+    warm_start: bool = False,
 ) -> list[GenerateRow]:
     """Generates the variants of ``store`` for every arch × ranking × prune factor.
 
     All names and factors are checked before any training. The 1× model (``<arch>-full-1x``) is
     always trained or reused, since every ranking but ``random`` derives from it; when it is
     (re)trained, the greedy and lasso variants are retrained too.
+
+    A 1× model the user brought (origin ``user``, see :mod:`gnnaas.variants.master`) is the
+    master: it is never retrained (not even with ``force``), and its arch's pruned variants take
+    its layout, hidden width, layers and fanouts instead of ``config``'s.
 
     Args:
         store (GraphStore): the dataset.
@@ -94,6 +101,9 @@ def generate_variants(
         device (str or torch.device, optional): where to train. (default: ``cpu``)
         force (bool, optional): retrain variants that already exist. (default: ``False``)
         progress (bool, optional): show a progress bar over variants. (default: ``False``)
+        warm_start (bool, optional): initialize each pruned variant from the 1× model's weights
+            restricted to its kept features (:func:`gnnaas.variants.master.warm_start_state`)
+            instead of at random. (default: ``False``)
 
     Returns:
         list[GenerateRow]: one row per variant, per arch: the 1× model, then each ranking's
@@ -126,7 +136,19 @@ def generate_variants(
             full_spec = VariantSpec(store.name, arch, FULL_RANKING, 1)
             bar.set_postfix_str(full_spec.variant_id)
             full_model: GNN | None = None
-            if not force and repo.matches(full_spec, config, num_features=num_features):
+            arch_config = config
+            master = _user_master(repo, full_spec)
+            if master is not None:
+                arch_config = replace(
+                    config,
+                    family=master.family,
+                    hidden_channels=master.hidden_channels,
+                    num_layers=master.num_layers,
+                    fanouts=tuple(master.fanouts),
+                )
+                rows.append(_skipped_row(master, status="user"))
+                full_fresh = False
+            elif not force and repo.matches(full_spec, config, num_features=num_features):
                 rows.append(_skipped_row(repo.manifest(store.name, full_spec.variant_id)))
                 full_fresh = False
             else:
@@ -144,11 +166,12 @@ def generate_variants(
                 full_model,
                 ranking_names,
                 pruned,
-                config,
+                arch_config,
                 device=device,
                 force=force,
                 full_fresh=full_fresh,
                 bar=bar,
+                warm_start=warm_start,
             )
     return rows
 
@@ -166,6 +189,7 @@ def _generate_pruned(
     force: bool,
     full_fresh: bool,
     bar: Any,
+    warm_start: bool,
 ) -> list[GenerateRow]:
     """Trains (or skips) one arch's pruned variants; loads the 1× model only when needed."""
     num_features = store.num_features
@@ -181,9 +205,9 @@ def _generate_pruned(
                 rows.append(_skipped_row(repo.manifest(store.name, spec.variant_id)))
                 bar.update(1)
                 continue
+            if full_model is None and (order is None or warm_start):
+                full_model = repo.load(store.name, full_spec.variant_id).model
             if order is None:
-                if full_model is None:
-                    full_model = repo.load(store.name, full_spec.variant_id).model
                 start = time.perf_counter()
                 order = rank_features(ranking, full_model, store, seed=config.seed)
                 _log.info(
@@ -194,7 +218,8 @@ def _generate_pruned(
                     time.perf_counter() - start,
                 )
             keep = order[: num_features // k].sort().values  # ascending ids: cache-friendly gather
-            result = _train(store, spec, config, keep, device)
+            init = warm_start_state(full_model, keep) if warm_start and full_model else None
+            result = _train(store, spec, config, keep, device, init_state=init)
             _save(repo, store, spec, config, keep, result)
             rows.append(_trained_row(spec, keep.numel(), result))
             bar.update(1)
@@ -202,13 +227,25 @@ def _generate_pruned(
 
 
 def _train(
-    store: GraphStore, spec: VariantSpec, config: TrainConfig, keep: torch.Tensor, device: Device
+    store: GraphStore,
+    spec: VariantSpec,
+    config: TrainConfig,
+    keep: torch.Tensor,
+    device: Device,
+    *,
+    init_state: dict[str, torch.Tensor] | None = None,
 ) -> TrainResult:
     from gnnaas.variants.training import train_model
 
     full = keep.numel() == store.num_features
     result = train_model(
-        store, spec.arch, config, keep=None if full else keep, device=device, progress=False
+        store,
+        spec.arch,
+        config,
+        keep=None if full else keep,
+        device=device,
+        progress=False,
+        init_state=init_state,
     )
     _log.info(
         "variant: %s features: %d val_acc: %.4f test_acc: %.4f epochs: %d train_time_s: %.2f",
@@ -254,6 +291,7 @@ def _save(
         },
         seed=config.seed,
         versions=library_versions(),
+        family=config.family,
     )
     return repo.save(manifest, result.model)
 
@@ -268,14 +306,25 @@ def _trained_row(spec: VariantSpec, features_kept: int, result: TrainResult) -> 
     )
 
 
-def _skipped_row(manifest: Manifest) -> GenerateRow:
+def _skipped_row(manifest: Manifest, status: Literal["skipped", "user"] = "skipped") -> GenerateRow:
     return GenerateRow(
         variant_id=manifest.variant_id,
         features_kept=manifest.in_channels,
         val_acc=float(manifest.metrics.get("val_acc", float("nan"))),
         train_time_s=float(manifest.metrics.get("train_time_s", 0.0)),
-        status="skipped",
+        status=status,
     )
+
+
+def _user_master(repo: VariantRepository, full_spec: VariantSpec) -> Manifest | None:
+    """The stored, intact 1× manifest of ``full_spec`` when the user brought it, else ``None``."""
+    from gnnaas.errors import ArtifactError
+
+    try:
+        manifest = repo.verify(full_spec.dataset, full_spec.variant_id)
+    except ArtifactError:
+        return None
+    return manifest if manifest.origin == "user" else None
 
 
 def _unique(items: Iterable[_T]) -> list[_T]:

@@ -47,6 +47,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 MANIFEST_FORMAT = 1
+# Keys added after format 1 was written: a manifest without them has their default.
+_OPTIONAL_KEYS = ("family", "origin")
+_ORIGINS = ("trained", "user")
 """Version of the manifest layout written by this code."""
 
 FULL_RANKING = "full"
@@ -112,7 +115,11 @@ class Manifest:
     """The ``manifest.json`` of a variant; field names and order are the file's keys.
 
     ``weights_sha256`` is empty until :meth:`VariantRepository.save` fills it in.
-    ``kept_features`` are ascending column ids of the dataset's feature matrix.
+    ``kept_features`` are ascending column ids of the dataset's feature matrix. ``family`` is
+    the layer layout (:func:`gnnaas.models.build_model`: ``gnnaas``, or ``pyg`` for variants of
+    a user's PyG model) and ``origin`` says who trained the weights (``trained`` by gnnaas, or
+    ``user``: a master model or variant the user brought); manifests written before these keys
+    existed read as ``gnnaas`` and ``trained``.
     """
 
     format: int
@@ -135,6 +142,8 @@ class Manifest:
     versions: dict[str, str] = field(default_factory=lambda: library_versions())
     weights_sha256: str = ""
     created: str = field(default_factory=lambda: _utc_now())
+    family: str = "gnnaas"
+    origin: str = "trained"
 
     @property
     def spec(self) -> VariantSpec:
@@ -156,7 +165,7 @@ class Manifest:
         Raises:
             ArtifactError: a key is missing, or a value has the wrong type or is inconsistent.
         """
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in fields(cls) if f.name not in _OPTIONAL_KEYS]
         missing = [n for n in names if n not in data]
         if missing:
             raise ArtifactError(f"{source} lacks keys {missing}; regenerate the variant")
@@ -182,6 +191,8 @@ class Manifest:
                 versions={str(k): str(v) for k, v in dict(data["versions"]).items()},
                 weights_sha256=str(data["weights_sha256"]),
                 created=str(data["created"]),
+                family=str(data.get("family", "gnnaas")),
+                origin=str(data.get("origin", "trained")),
             )
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
@@ -189,6 +200,13 @@ class Manifest:
             raise ArtifactError(
                 f"{source} has format {manifest.format}, this gnnaas reads format "
                 f"{MANIFEST_FORMAT}; regenerate the variant"
+            )
+        from gnnaas.models.base import FAMILIES
+
+        if manifest.family not in FAMILIES or manifest.origin not in _ORIGINS:
+            raise ArtifactError(
+                f"{source} has family={manifest.family!r}, origin={manifest.origin!r}; "
+                f"expected one of {FAMILIES} and one of {_ORIGINS}"
             )
         if len(manifest.kept_features) != manifest.in_channels:
             raise ArtifactError(
@@ -222,6 +240,7 @@ class Manifest:
             and self.dropout == float(config.dropout)
             and self.fanouts == [int(s) for s in config.fanouts]
             and self.seed == config.seed
+            and self.family == config.family
         )
 
 
@@ -328,6 +347,7 @@ class VariantRepository:
             manifest.out_channels,
             num_layers=manifest.num_layers,
             dropout=manifest.dropout,
+            family=manifest.family,
         )
         try:
             model.load_state_dict(state, strict=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gnnaas.errors import ConfigError
-from gnnaas.models import GNN, Arch, build_model
+from gnnaas.models import FAMILIES, GNN, Arch, build_model
 from gnnaas.typing import Device
 from gnnaas.utils import resolve_device
 
@@ -63,6 +63,9 @@ class TrainConfig:
             (default: ``1``)
         seed (int, optional): seed of the initialization, shuffling, sampling and dropout.
             (default: ``0``)
+        family (str, optional): the models' layer layout, ``gnnaas`` or ``pyg`` (that of a
+            user's PyG master model; see :func:`gnnaas.models.build_model`).
+            (default: ``"gnnaas"``)
 
     Example:
         >>> TrainConfig(seed=1, max_epochs=50).fanouts
@@ -80,6 +83,7 @@ class TrainConfig:
     patience: int = 20
     eval_every: int = 1
     seed: int = 0
+    family: str = "gnnaas"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -97,6 +101,8 @@ class TrainConfig:
                 f"TrainConfig expects one fanout per layer: num_layers={self.num_layers} "
                 f"(got fanouts={self.fanouts})"
             )
+        if self.family not in FAMILIES:
+            raise ConfigError(f"TrainConfig expects family in {FAMILIES} (got {self.family!r})")
         if any(f == 0 or f < -1 for f in self.fanouts):
             raise ConfigError(f"TrainConfig expects fanouts >= 1 or -1 (got {self.fanouts})")
 
@@ -133,6 +139,7 @@ def train_model(
     keep: Tensor | None = None,
     device: Device = "cpu",
     progress: bool = False,
+    init_state: Mapping[str, Tensor] | None = None,
 ) -> TrainResult:
     """Trains one model of architecture ``arch`` on ``store``, inductively, with early stopping.
 
@@ -145,6 +152,9 @@ def train_model(
         device (str | torch.device, optional): where the model trains (``auto``, ``cpu``,
             ``cuda``). (default: ``"cpu"``)
         progress (bool, optional): show a progress bar over epochs. (default: ``False``)
+        init_state (Mapping[str, Tensor], optional): initial weights instead of a random
+            initialization (a warm start, e.g. :func:`gnnaas.variants.master.warm_start_state`).
+            (default: ``None``)
 
     Returns:
         TrainResult: the best-validation model (on the CPU, eval mode) and its metrics.
@@ -188,7 +198,11 @@ def train_model(
         store.num_classes,
         num_layers=config.num_layers,
         dropout=config.dropout,
-    ).to(device)
+        family=config.family,
+    )
+    if init_state is not None:
+        model.load_state_dict(init_state, strict=True)  # warm start (shapes checked by torch)
+    model = model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     # Validation and test run the served pipeline: serving sampler (its default seed), full graph.
     eval_path = _eval_path(model, store, x_full, config.fanouts, 0, device)

@@ -107,7 +107,12 @@ def test_round_trip(tmp_path: Path, arch: str) -> None:
         "format", "dataset", "variant_id", "arch", "ranking", "prune", "num_features",
         "kept_features", "in_channels", "hidden_channels", "out_channels", "num_layers", "dropout",
         "fanouts", "multi_label", "metrics", "seed", "versions", "weights_sha256", "created",
+        "family", "origin",
     ]  # fmt: skip
+    assert (on_disk["family"], on_disk["origin"]) == ("gnnaas", "trained")
+    # A manifest written before family/origin existed reads with their defaults.
+    older = {k: v for k, v in on_disk.items() if k not in ("family", "origin")}
+    assert Manifest.from_dict(older) == manifest
     umask = os.umask(0)
     os.umask(umask)
     mode = (tmp_path / "toy" / spec.variant_id).stat().st_mode & 0o777

@@ -1,0 +1,340 @@
+"""A user's master model: a PyG ``GraphSAGE`` or ``GIN`` trained elsewhere, as the 1× variant.
+
+``gnnaas generate --from-model W.safetensors --model-config C.json`` reads the state dict of
+``torch_geometric.nn.models.GraphSAGE`` or ``GIN`` (the classes a PyG user trains) and a JSON
+config naming the class and its sizes, checks that it fits the dataset, evaluates it through the
+serving execution path, and stores it as ``<arch>-full-1x`` (family ``pyg``, origin ``user``).
+The pruned variants are then ranked from *that* model and trained in the same layout
+(:func:`gnnaas.variants.pipeline.generate_variants`), optionally warm-started from its weights
+restricted to the kept features (:func:`warm_start_state`).
+
+The config (JSON object)::
+
+    {"class": "GraphSAGE", "in_channels": 1433, "hidden_channels": 64,
+     "num_layers": 2, "out_channels": 7, "dropout": 0.5}
+
+``dropout`` is optional (PyG's default 0.0; it does not change inference). PyG options that change
+the layout (``norm``, ``jk``, ``act`` other than ``relu``, a SAGE ``aggr`` other than ``mean``)
+may be given only with their default values; anything else is refused with the reason.
+
+Never unpickles: the weights are read with :func:`safetensors.torch.load`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from gnnaas.errors import ConfigError
+from gnnaas.models import Arch, build_model
+from gnnaas.models.pyg import PYG_CLASSES
+from gnnaas.typing import PathType
+from gnnaas.variants.repository import (
+    FULL_RANKING,
+    MANIFEST_FORMAT,
+    Manifest,
+    VariantSpec,
+    library_versions,
+)
+
+if TYPE_CHECKING:
+    from gnnaas.data import GraphStore
+    from gnnaas.models import GNN
+    from gnnaas.variants.repository import VariantRepository
+
+__all__ = [
+    "MasterConfig",
+    "check_state_dict",
+    "import_master",
+    "read_model_config",
+    "read_state_dict",
+    "warm_start_state",
+]
+
+_ARCH_OF: dict[str, Arch] = {name: cls.arch for name, cls in PYG_CLASSES.items()}
+_SIZES = ("in_channels", "hidden_channels", "num_layers", "out_channels")
+# PyG options the layout supports only with these values (None: the key may be absent or null).
+_DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
+    "norm": (None,),
+    "jk": (None, "last"),
+    "act": ("relu", None),
+    "act_first": (False,),
+    "aggr": ("mean",),
+    "train_eps": (False,),
+}
+
+
+@dataclass(frozen=True)
+class MasterConfig:
+    """What ``--model-config`` says about the user's model.
+
+    Args:
+        model_class (str): ``GraphSAGE`` or ``GIN`` (PyG's class name).
+        in_channels (int): input features (the dataset's feature count).
+        hidden_channels (int): width of the hidden layers.
+        num_layers (int): message-passing layers (= hops).
+        out_channels (int): classes.
+        dropout (float, optional): dropout between layers (training only). (default: ``0.0``)
+    """
+
+    model_class: str
+    in_channels: int
+    hidden_channels: int
+    num_layers: int
+    out_channels: int
+    dropout: float = 0.0
+
+    @property
+    def arch(self) -> Arch:
+        """The gnnaas architecture of the class (``sage`` or ``gin``)."""
+        return _ARCH_OF[self.model_class]
+
+    def build(self) -> GNN:
+        """An untrained model with the class's layout (:mod:`gnnaas.models.pyg`)."""
+        return build_model(
+            self.arch,
+            self.in_channels,
+            self.hidden_channels,
+            self.out_channels,
+            num_layers=self.num_layers,
+            dropout=self.dropout,
+            family="pyg",
+        )
+
+
+def read_model_config(path: PathType) -> MasterConfig:
+    """Reads and checks a ``--model-config`` JSON file.
+
+    Raises:
+        ConfigError: unreadable file, not a JSON object, an unknown class, a missing or
+            non-integer size, an unsupported option; the message names the key.
+    """
+    source = f"model config {str(path)!r}"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source} cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source} must be a JSON object (got {type(data).__name__})")
+    cls = data.get("class")
+    if cls not in _ARCH_OF:
+        raise ConfigError(f"{source}: 'class' must be one of {', '.join(_ARCH_OF)} (got {cls!r})")
+    sizes = {}
+    for key in _SIZES:
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{source}: {key!r} must be an integer >= 1 (got {value!r})")
+        sizes[key] = value
+    dropout = data.get("dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        raise ConfigError(f"{source}: 'dropout' must be a number in [0, 1) (got {dropout!r})")
+    for key, allowed in _DEFAULT_ONLY.items():
+        if key in data and data[key] not in allowed:
+            raise ConfigError(
+                f"{source}: {key}={data[key]!r} is not supported (gnnaas serves the layout of "
+                f"{cls} with {key}={allowed[0]!r})"
+            )
+    unknown = sorted(set(data) - {"class", "dropout", *_SIZES, *_DEFAULT_ONLY})
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown keys {unknown}; expected class, "
+            + ", ".join(_SIZES)
+            + " and optionally dropout"
+        )
+    return MasterConfig(cls, dropout=float(dropout), **sizes)
+
+
+def read_state_dict(path: PathType) -> dict[str, Tensor]:
+    """Reads a state dict from a safetensors file (never a pickle).
+
+    Raises:
+        ConfigError: a missing file, or one that is not safetensors (e.g. a ``torch.save``
+            pickle: the message says how to convert it).
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    source = f"weights {str(path)!r}"
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{source} do not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"{source} cannot be read ({exc})") from None
+    try:
+        return load(data)
+    except (SafetensorError, ValueError) as exc:
+        raise ConfigError(
+            f"{source} are not a safetensors file ({exc}); save them with "
+            "safetensors.torch.save_file(model.state_dict(), PATH)"
+        ) from None
+
+
+def check_state_dict(model: torch.nn.Module, state: Mapping[str, Tensor], source: str) -> None:
+    """Checks that ``state`` has exactly ``model``'s keys with its shapes.
+
+    Raises:
+        ConfigError: naming the first missing key, unexpected key or wrong shape.
+    """
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    if missing:
+        raise ConfigError(
+            f"{source} lack {len(missing)} key(s) the config's model has, first {missing[0]!r} "
+            f"(shape {list(expected[missing[0]].shape)}); is the config's class or num_layers "
+            "right?"
+        )
+    unexpected = [k for k in state if k not in expected]
+    if unexpected:
+        raise ConfigError(
+            f"{source} have {len(unexpected)} key(s) the config's model does not, first "
+            f"{unexpected[0]!r}; is the config's class or num_layers right?"
+        )
+    for key, want in expected.items():
+        got = state[key]
+        if tuple(got.shape) != tuple(want.shape):
+            raise ConfigError(
+                f"{source}: {key!r} has shape {list(got.shape)}, the config's model expects "
+                f"{list(want.shape)}; check in_channels, hidden_channels and out_channels"
+            )
+        if got.is_floating_point() and not bool(torch.isfinite(got).all()):
+            raise ConfigError(f"{source}: {key!r} holds NaN or inf values")
+
+
+def import_master(
+    store: GraphStore,
+    repo: VariantRepository,
+    weights: PathType,
+    model_config: PathType,
+    *,
+    fanouts: tuple[int, ...] = (25, 10),
+    seed: int = 0,
+    batch_size: int = 1024,
+    device: str = "cpu",
+) -> tuple[Manifest, GNN]:
+    """Stores the user's model as ``<arch>-full-1x`` of ``store``, evaluated as it will be served.
+
+    Args:
+        store (GraphStore): the dataset the model was trained on.
+        repo (VariantRepository): where to store it.
+        weights (PathType): the state dict, safetensors.
+        model_config (PathType): the JSON config (see the module docstring).
+        fanouts (tuple[int, ...], optional): serving fanouts, one per layer.
+            (default: ``(25, 10)``)
+        seed (int, optional): the serving sampler's seed. (default: ``0``)
+        batch_size (int, optional): evaluation batch size. (default: ``1024``)
+        device (str, optional): where to evaluate. (default: ``"cpu"``)
+
+    Returns:
+        tuple[Manifest, GNN]: the stored manifest and the model (CPU, eval mode).
+
+    Raises:
+        ConfigError: a bad config or weights file, a model that does not fit the dataset
+            (input width, classes), or fanouts that are not one per layer.
+    """
+    from gnnaas.variants.training import evaluate
+
+    config = read_model_config(model_config)
+    source = f"weights {str(weights)!r}"
+    if config.in_channels != store.num_features:
+        raise ConfigError(
+            f"the model reads {config.in_channels} features but dataset '{store.name}' has "
+            f"{store.num_features}"
+        )
+    if config.out_channels != store.num_classes:
+        raise ConfigError(
+            f"the model predicts {config.out_channels} classes but dataset '{store.name}' has "
+            f"{store.num_classes}"
+        )
+    state = read_state_dict(weights)
+    model = config.build()
+    check_state_dict(model, state, source)
+    if len(fanouts) != config.num_layers:
+        raise ConfigError(
+            f"the model has {config.num_layers} layers but {len(fanouts)} fanouts were given "
+            f"({list(fanouts)}); pass one fanout per layer"
+        )
+    model.load_state_dict(state, strict=True)
+    model.eval()
+
+    start = time.perf_counter()
+    metrics = {}
+    for split, nodes in (("val_acc", store.val_idx), ("test_acc", store.test_idx)):
+        metrics[split] = (
+            evaluate(
+                model,
+                store,
+                nodes,
+                fanouts=fanouts,
+                batch_size=batch_size,
+                device=device,
+                seed=seed,
+            )
+            if nodes.numel()
+            else math.nan
+        )
+    model = model.cpu().eval()
+    spec = VariantSpec(store.name, config.arch.value, FULL_RANKING, 1)
+    manifest = Manifest(
+        format=MANIFEST_FORMAT,
+        dataset=store.name,
+        variant_id=spec.variant_id,
+        arch=spec.arch,
+        ranking=spec.ranking,
+        prune=1,
+        num_features=store.num_features,
+        kept_features=list(range(store.num_features)),
+        in_channels=config.in_channels,
+        hidden_channels=config.hidden_channels,
+        out_channels=config.out_channels,
+        num_layers=config.num_layers,
+        dropout=config.dropout,
+        fanouts=[int(f) for f in fanouts],
+        multi_label=store.multi_label,
+        metrics={
+            **metrics,
+            "train_time_s": 0.0,
+            "epochs": 0,
+            "eval_time_s": time.perf_counter() - start,
+        },
+        seed=seed,
+        versions=library_versions(),
+        family="pyg",
+        origin="user",
+    )
+    return repo.save(manifest, model), model
+
+
+def warm_start_state(master: GNN, keep: Tensor) -> dict[str, Tensor]:
+    """``master``'s weights for a model that reads only the ``keep`` features.
+
+    The first-layer weights that multiply the raw features
+    (:meth:`~gnnaas.models.GNN.first_layer_weights`) keep their ``keep`` columns; every other
+    tensor is copied as is. Load the result into a model of the same layout with
+    ``in_channels = len(keep)``.
+
+    Example:
+        >>> from gnnaas.models import build_model
+        >>> master = build_model("sage", 8, 4, 2, family="pyg")
+        >>> state = warm_start_state(master, torch.tensor([0, 3]))
+        >>> tuple(state["convs.0.lin_l.weight"].shape)
+        (4, 2)
+    """
+    first = {id(w) for w in master.first_layer_weights()}
+    out = {}
+    for name, tensor in master.state_dict(keep_vars=True).items():
+        value = tensor.detach()
+        out[name] = value[:, keep].clone() if id(tensor) in first else value.clone()
+    return out

@@ -1,0 +1,261 @@
+"""A user's PyG master model: layouts, checks, and the whole path to served variants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch_geometric.nn.models import GIN, GraphSAGE
+
+from gnnaas.errors import ConfigError
+from gnnaas.models import build_model
+from gnnaas.sampling import serving_sampler
+from gnnaas.variants.master import import_master, read_model_config, warm_start_state
+from gnnaas.variants.pipeline import generate_variants
+from gnnaas.variants.repository import VariantRepository
+from gnnaas.variants.training import TrainConfig
+
+PYG = {"GraphSAGE": GraphSAGE, "GIN": GIN}
+
+
+def _graph(n: int, f: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, f, generator=g), torch.randint(0, n, (2, 4 * n), generator=g)
+
+
+@pytest.mark.parametrize("cls", ["GraphSAGE", "GIN"])
+def test_pyg_state_dicts_load_and_run_the_same(cls: str) -> None:
+    torch.manual_seed(0)
+    ref = PYG[cls](12, 16, num_layers=2, out_channels=3).eval()
+    ours = build_model("sage" if cls == "GraphSAGE" else "gin", 12, 16, 3, family="pyg").eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    x, edge_index = _graph(40, 12)
+    with torch.inference_mode():
+        full = ref(x, edge_index)
+        torch.testing.assert_close(ours(x, edge_index), full, atol=1e-5, rtol=1e-5)
+        # Sampled blocks with every neighbor (fanout -1) give each seed its full-graph answer.
+        order = torch.argsort(edge_index[1], stable=True)
+        src, dst = edge_index[0][order], edge_index[1][order]
+        rowptr = torch.zeros(41, dtype=torch.long)
+        rowptr[1:] = torch.bincount(dst, minlength=40).cumsum(0)
+        seeds = torch.tensor([3, 17, 29])
+        sub = serving_sampler(rowptr, src, (-1, -1)).sample(seeds)
+        out = ours(x[sub.n_id], sub.blocks)
+    torch.testing.assert_close(out, full[seeds], atol=1e-5, rtol=1e-5)
+
+
+def _config(path: Path, **fields: Any) -> Path:
+    path.write_text(json.dumps(fields))
+    return path
+
+
+GOOD = {"class": "GraphSAGE", "in_channels": 8, "hidden_channels": 4, "num_layers": 2}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({**GOOD, "class": "GAT", "out_channels": 2}, "'class' must be one of GraphSAGE, GIN"),
+        (GOOD, "'out_channels' must be an integer >= 1 (got None)"),
+        ({**GOOD, "out_channels": 2, "hidden_channels": 1.5}, "'hidden_channels' must be"),
+        ({**GOOD, "out_channels": 2, "norm": "batch_norm"}, "norm='batch_norm' is not supported"),
+        ({**GOOD, "out_channels": 2, "jk": "cat"}, "jk='cat' is not supported"),
+        ({**GOOD, "out_channels": 2, "heads": 4}, "unknown keys ['heads']"),
+        ({**GOOD, "out_channels": 2, "dropout": 1.0}, "'dropout' must be a number in [0, 1)"),
+    ],
+)
+def test_bad_model_configs_name_the_key(
+    tmp_path: Path, fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        read_model_config(_config(tmp_path / "c.json", **fields))
+    assert message in str(err.value)
+
+
+def test_unreadable_configs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_model_config(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="is not JSON"):
+        read_model_config(tmp_path / "bad.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        read_model_config(tmp_path / "list.json")
+
+
+def _pyg_files(
+    tmp_path: Path, store: Any, cls: str = "GraphSAGE", **over: Any
+) -> tuple[Path, Path]:
+    torch.manual_seed(0)
+    f, c = store.num_features, store.num_classes
+    model = PYG[cls](f, 16, num_layers=2, out_channels=c)
+    weights = tmp_path / "model.safetensors"
+    save_file(model.state_dict(), str(weights))
+    fields = {"class": cls, "in_channels": f, "hidden_channels": 16, "num_layers": 2}
+    config = _config(tmp_path / "model.json", **{**fields, "out_channels": c, **over})
+    return weights, config
+
+
+def test_a_model_that_does_not_fit_is_refused_and_nothing_written(
+    tmp_path: Path, small_store: Any
+) -> None:
+    repo = VariantRepository(tmp_path / "variants")
+    weights, config = _pyg_files(tmp_path, small_store)
+    f, c = small_store.num_features, small_store.num_classes
+
+    def refused(message: str, w: Path = weights, cfg: Path = config) -> None:
+        with pytest.raises(ConfigError) as err:
+            import_master(small_store, repo, w, cfg)
+        assert message in str(err.value)
+        assert repo.list(small_store.name) == []
+
+    fields = {"class": "GraphSAGE", "hidden_channels": 16, "num_layers": 2}
+    refused(
+        f"the model reads {f + 1} features but dataset '{small_store.name}' has {f}",
+        cfg=_config(tmp_path / "wide.json", **fields, in_channels=f + 1, out_channels=c),
+    )
+    refused(
+        f"the model predicts {c + 1} classes",
+        cfg=_config(tmp_path / "cls.json", **fields, in_channels=f, out_channels=c + 1),
+    )
+    # A config that disagrees with the weights: the key or shape is named.
+    refused(
+        "'convs.0.lin_l.weight' has shape [16, " + str(f) + "], the config's model expects [32, ",
+        cfg=_config(
+            tmp_path / "hidden.json", **{**fields, "hidden_channels": 32}, in_channels=f,
+            out_channels=c,
+        ),
+    )  # fmt: skip
+    refused(
+        "lack 3 key(s) the config's model has, first 'convs.2.lin_l.weight'",
+        cfg=_config(
+            tmp_path / "deep.json", **{**fields, "num_layers": 3}, in_channels=f, out_channels=c
+        ),
+    )
+    refused(
+        "the model has 3 layers but 2 fanouts were given",
+        w=_three_layers(tmp_path, f, c),
+        cfg=_config(
+            tmp_path / "deep.json", **{**fields, "num_layers": 3}, in_channels=f, out_channels=c
+        ),
+    )
+    gin_cfg = _config(
+        tmp_path / "gin.json", **{**fields, "class": "GIN"}, in_channels=f, out_channels=c
+    )
+    refused("lack", cfg=gin_cfg)
+    # A pickle (torch.save) is refused, never unpickled.
+    pickled = tmp_path / "model.pt"
+    torch.save(GraphSAGE(f, 16, num_layers=2, out_channels=c).state_dict(), pickled)
+    refused("are not a safetensors file", w=pickled)
+    nan = tmp_path / "nan.safetensors"
+    state = GraphSAGE(f, 16, num_layers=2, out_channels=c).state_dict()
+    state["convs.1.lin_l.bias"][0] = float("nan")
+    save_file(state, str(nan))
+    refused("'convs.1.lin_l.bias' holds NaN or inf values", w=nan)
+
+
+def _three_layers(tmp_path: Path, f: int, c: int) -> Path:
+    path = tmp_path / "deep.safetensors"
+    save_file(GraphSAGE(f, 16, num_layers=3, out_channels=c).state_dict(), str(path))
+    return path
+
+
+def test_warm_start_keeps_the_kept_columns() -> None:
+    master = build_model("gin", 8, 4, 2, family="pyg")
+    keep = torch.tensor([1, 5, 6])
+    state = warm_start_state(master, keep)
+    pruned = build_model("gin", 3, 4, 2, family="pyg")
+    pruned.load_state_dict(state, strict=True)
+    first = master.first_layer_weights()[0].detach()
+    assert torch.equal(pruned.first_layer_weights()[0].detach(), first[:, keep])
+    assert torch.equal(
+        pruned.state_dict()["convs.1.nn.lins.1.weight"],
+        master.state_dict()["convs.1.nn.lins.1.weight"],
+    )
+
+
+def _train_in_plain_pyg(store: Any, epochs: int) -> tuple[GraphSAGE, float]:
+    """What a PyG user does: full-graph GraphSAGE on the training nodes, then evaluate."""
+    torch.manual_seed(0)
+    model = GraphSAGE(store.num_features, 32, num_layers=2, out_channels=store.num_classes)
+    col, rowptr = store.col, store.rowptr
+    dst = torch.repeat_interleave(torch.arange(store.num_nodes), rowptr[1:] - rowptr[:-1])
+    edge_index = torch.stack([col, dst])
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    for _ in range(epochs):
+        model.train()
+        opt.zero_grad()
+        out = model(store.x, edge_index)
+        loss = torch.nn.functional.cross_entropy(out[store.train_idx], store.y[store.train_idx])
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.inference_mode():
+        pred = model(store.x, edge_index).argmax(-1)
+    acc = float((pred[store.test_idx] == store.y[store.test_idx]).float().mean())
+    return model, acc
+
+
+def test_a_pyg_master_on_cora_becomes_a_served_set_of_variants(
+    tmp_path: Path, cora: Any, data_root: Path
+) -> None:
+    from starlette.testclient import TestClient
+
+    from gnnaas.profiling.profiler import profile_dataset
+    from gnnaas.serving import Settings, create_app
+
+    model, script_acc = _train_in_plain_pyg(cora, epochs=30)
+    weights = tmp_path / "sage.safetensors"
+    save_file(model.state_dict(), str(weights))
+    config = _config(
+        tmp_path / "sage.json",
+        **{
+            "class": "GraphSAGE",
+            "in_channels": cora.num_features,
+            "hidden_channels": 32,
+            "num_layers": 2,
+            "out_channels": cora.num_classes,
+        },
+    )
+    repo = VariantRepository(tmp_path / "variants")
+    manifest, _ = import_master(cora, repo, weights, config)
+    assert (manifest.variant_id, manifest.family, manifest.origin) == (
+        "sage-full-1x",
+        "pyg",
+        "user",
+    )
+    # Served through sampled neighborhoods (25, 10), the 1x model scores as the script did.
+    assert abs(manifest.metrics["test_acc"] - script_acc) * 100 <= 0.5
+
+    tiny = TrainConfig(hidden_channels=8, max_epochs=2, patience=1, batch_size=512)
+    rows = generate_variants(
+        cora, repo, archs=["sage"], prunes=[1, 2, 4, 8], config=tiny, warm_start=True
+    )
+    assert [r.status for r in rows] == ["user"] + ["trained"] * 9
+    stored = {m.variant_id: m for m in repo.list(cora.name)}
+    assert len(stored) == 10
+    # The user's layout and sizes, not the config's hidden width; the master untouched.
+    assert {(m.family, m.hidden_channels) for m in stored.values()} == {("pyg", 32)}
+    assert stored["sage-full-1x"].weights_sha256 == manifest.weights_sha256
+    # A second run without --force keeps everything, the master included.
+    again = generate_variants(cora, repo, archs=["sage"], prunes=[1, 2, 4, 8], config=tiny)
+    assert [r.status for r in again] == ["user"] + ["skipped"] * 9
+
+    profiles = tmp_path / "profiles"
+    profile_dataset(
+        cora, repo, profiles, runs=1, warmup=0, service_runs=1, min_time_s=0.0, threads=1
+    )
+    settings = Settings(
+        variants_dir=repo.root, profiles_dir=profiles, data_root=data_root, warmup=False
+    )
+    with TestClient(create_app(settings)) as client:
+        listing = client.get("/v1/datasets/Cora/variants").json()["variants"]
+        assert len([v for v in listing if v["routable"]]) == 10
+        for headers in ({"X-Variant": "sage-greedy-8x"}, {"X-Accuracy-Tolerance": "50"}):
+            r = client.post("/v1/datasets/Cora/predict", json={"nodes": [0, 1, 2]}, headers=headers)
+            assert r.status_code == 200, r.text
+            assert r.headers["X-Variant"] in stored
