@@ -18,12 +18,14 @@ def _default_data_root() -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Processed files go to a fresh cache, never into the data root; torch runs one thread.
+    """Processed files go to a fresh cache, never into the data root, and imported datasets to a
+    fresh data home (never the machine's); torch runs one thread.
 
     One intra-op thread keeps results independent of the machine's core count and avoids the
     oversubscription that makes small forwards many times slower on a busy 2-core machine.
     """
     os.environ["GNNAAS_CACHE"] = str(tmp_path_factory.mktemp("gnnaas-cache"))
+    os.environ["GNNAAS_HOME"] = str(tmp_path_factory.mktemp("gnnaas-home"))  # imported datasets
     torch.set_num_threads(1)
 
 

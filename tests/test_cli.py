@@ -14,7 +14,7 @@ import pytest
 
 from gnnaas.cli import _build_parser, main
 
-COMMANDS = ["datasets", "train", "generate", "profile", "report", "prepare", "serve"]
+COMMANDS = ["datasets", "import", "train", "generate", "profile", "report", "prepare", "serve"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -206,6 +206,79 @@ def test_cuda_on_cpu_machine_is_one_line(capsys: pytest.CaptureFixture[str]) -> 
         pytest.skip("this machine has CUDA")
     assert main(["train", "--dataset", "synth-small", "--device", "cuda"]) == 1
     assert _one_error_line(capsys).startswith("ConfigError:")
+
+
+def _tiny_graph(folder: Path) -> list[str]:
+    """``--edges --features --labels`` of a 10-node graph whose node 9 has no edge."""
+    import numpy as np
+
+    folder.mkdir()
+    edges = "".join(f"{i},{i + 1}\n" for i in range(8))
+    (folder / "edges.csv").write_text("src,dst\n" + edges)
+    np.save(folder / "x.npy", np.arange(30, dtype=np.float32).reshape(10, 3))
+    np.save(folder / "y.npy", np.array([0, 1] * 5))
+    return [
+        *("--edges", str(folder / "edges.csv")),
+        *("--features", str(folder / "x.npy")),
+        *("--labels", str(folder / "y.npy")),
+    ]
+
+
+def test_import_prints_the_graph_and_the_name_works_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GNNAAS_HOME", str(tmp_path / "home"))
+    files = _tiny_graph(tmp_path / "in")
+    assert main(["import", "MyGraph", *files, "--undirected"]) == 0
+    out = capsys.readouterr()
+    lines = dict(line.split(": ", 1) for line in out.out.splitlines())
+    assert list(lines) == [
+        "dataset", "nodes", "edges", "features", "classes", "isolated_nodes", "split", "store",
+        "import_time_s",
+    ]  # fmt: skip
+    assert (lines["dataset"], lines["nodes"], lines["edges"]) == ("MyGraph", "10", "16")
+    assert (lines["features"], lines["classes"], lines["isolated_nodes"]) == ("3", "2", "1")
+    assert lines["split"] == "default (train 6, val 2, test 2)"
+    assert lines["store"] == str(tmp_path / "home" / "datasets" / "mygraph")
+    assert float(lines["import_time_s"]) >= 0
+    err = out.err.splitlines()
+    assert err[0] == "import: importing MyGraph" and all(e.startswith("import: ") for e in err)
+
+    assert main(["datasets"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row == ["MyGraph", "10", "16", "3", "2", "False", "imported"]
+    assert main(["-q", "train", "--dataset", "mygraph", "--epochs", "2", "--device", "cpu"]) == 0
+    assert "dataset: MyGraph" in capsys.readouterr().out
+
+
+def test_import_failure_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("GNNAAS_HOME", str(home))
+    files = _tiny_graph(tmp_path / "in")
+    (tmp_path / "in" / "edges.csv").write_text("src,dst\n0,1\n1,10\n")
+    assert main(["import", "g", *files]) == 1
+    line = _one_error_line(capsys)
+    assert line == (
+        f"ConfigError: edges file {tmp_path / 'in' / 'edges.csv'}, row 1 (line 3): dst 10 is "
+        "outside [0, 10); the features have 10 rows, one per node"
+    )
+    assert not home.exists()
+
+
+def test_import_again_needs_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GNNAAS_HOME", str(tmp_path / "home"))
+    files = _tiny_graph(tmp_path / "in")
+    assert main(["-q", "import", "g", *files]) == 0
+    assert main(["-q", "import", "G", *files]) == 1
+    assert _one_error_line(capsys).startswith(
+        "ConfigError: import: dataset 'G' is already imported"
+    )
+    assert main(["-q", "import", "G", *files, "--force"]) == 0
+    assert "dataset: G" in capsys.readouterr().out
 
 
 def test_console_script_runs() -> None:

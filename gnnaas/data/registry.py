@@ -1,9 +1,11 @@
 """Dataset names → graph stores: ``list_datasets``, ``dataset_info`` and ``load_dataset``.
 
 Names are case-insensitive: ``Cora``, ``CiteSeer``, ``PubMed``, ``Flickr``, ``Reddit``, ``Yelp``,
-``ogbn-arxiv``, ``ogbn-products`` and ``synth-<preset>[@<scale>]``. Real datasets are read from a
-data root (argument, else ``$GNNAAS_DATA``); processed files go to a cache (argument, else
-``$GNNAAS_CACHE``, else ``~/.cache/gnnaas``), never into the data root.
+``ogbn-arxiv``, ``ogbn-products``, ``synth-<preset>[@<scale>]`` and the names of datasets brought in
+with ``gnnaas import`` (source ``imported``, kept under ``$GNNAAS_HOME``, else
+``~/.local/share/gnnaas``). Real datasets are read from a data root (argument, else
+``$GNNAAS_DATA``); processed files go to a cache (argument, else ``$GNNAAS_CACHE``, else
+``~/.cache/gnnaas``), never into the data root.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnnaas.data.imported import IMPORTED_SOURCE, list_imported, load_imported
 from gnnaas.data.real import REAL_DATASETS, load_real
 from gnnaas.data.store import GraphStore
 from gnnaas.data.synthetic import PRESETS, load_synthetic, parse_synthetic_name
@@ -45,7 +48,15 @@ class DatasetInfo:
 
 
 def _known_names() -> list[str]:
-    return [d.name for d in REAL_DATASETS.values()] + [f"synth-{p}" for p in PRESETS]
+    imported = [meta["name"] for meta in list_imported().values()]
+    return [d.name for d in REAL_DATASETS.values()] + [f"synth-{p}" for p in PRESETS] + imported
+
+
+def _imported_info(meta: dict[str, str]) -> DatasetInfo:
+    return DatasetInfo(
+        meta["name"], int(meta["num_nodes"]), int(meta["num_edges"]), int(meta["num_features"]),
+        int(meta["num_classes"]), meta["multi_label"] == "true", IMPORTED_SOURCE,
+    )  # fmt: skip
 
 
 def _unknown(name: str) -> ConfigError:
@@ -72,7 +83,10 @@ def dataset_info(name: str) -> DatasetInfo:
             d.source,
         )  # fmt: skip
     if not key.startswith("synth-"):
-        raise _unknown(name)
+        imported = list_imported().get(key)
+        if imported is None:
+            raise _unknown(name)
+        return _imported_info(imported)
     preset, scale, canonical = parse_synthetic_name(key)
     cfg = PRESETS[preset].scaled(scale)
     return DatasetInfo(
@@ -82,8 +96,10 @@ def dataset_info(name: str) -> DatasetInfo:
 
 
 def list_datasets() -> list[DatasetInfo]:
-    """Every known dataset (real ones first, then the synthetic presets), without loading any."""
-    return [dataset_info(name) for name in _known_names()]
+    """Every known dataset (real ones, the synthetic presets, then imported ones), unloaded."""
+    builtin = [d.name for d in REAL_DATASETS.values()] + [f"synth-{p}" for p in PRESETS]
+    imported = [_imported_info(meta) for meta in list_imported().values()]
+    return [dataset_info(name) for name in builtin] + imported
 
 
 def resolve_cache_dir(cache_dir: PathType | None = None) -> Path:
@@ -107,7 +123,7 @@ def load_dataset(
         name (str): dataset name, case-insensitive (see :func:`list_datasets`).
         data_root (str or PathLike, optional): folder holding ``<Class>/<Name>/raw/`` of real
             datasets; falls back to ``$GNNAAS_DATA``. Only read, never written. Synthetic
-            datasets ignore it. (default: :obj:`None`)
+            and imported datasets ignore it. (default: :obj:`None`)
         seed (int, optional): seed of the synthetic generator and of the stratified split.
             (default: ``0``)
         cache_dir (str or PathLike, optional): writable folder for processed files
@@ -125,6 +141,8 @@ def load_dataset(
         ('synth-small', 3000)
     """
     info = dataset_info(name)
+    if info.source == IMPORTED_SOURCE:
+        return load_imported(info.name, seed=seed)
     cache = resolve_cache_dir(cache_dir)
     if info.source == "synthetic":
         return load_synthetic(info.name, seed=seed, cache_dir=cache)

@@ -4,4 +4,4 @@ from gnnaas.models.base import FAMILIES, GNN, Arch, build_model
 from gnnaas.models.gin import GIN
 from gnnaas.models.sage import SAGE
 
-__all__ = ["FAMILIES", "GIN", "GNN", "SAGE", "Arch", "build_model"]
+__all__ = ["Arch", "FAMILIES", "GIN", "GNN", "SAGE", "build_model"]
