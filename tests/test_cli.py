@@ -14,7 +14,17 @@ import pytest
 
 from gnnaas.cli import _build_parser, main
 
-COMMANDS = ["datasets", "import", "train", "generate", "profile", "report", "prepare", "serve"]
+COMMANDS = [
+    "datasets",
+    "import",
+    "train",
+    "generate",
+    "variants",
+    "profile",
+    "report",
+    "prepare",
+    "serve",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -286,3 +296,69 @@ def test_console_script_runs() -> None:
         [sys.executable, "-m", "gnnaas.cli", "--help"], capture_output=True, text=True, check=True
     )
     assert "generate" in out.stdout and "serve" in out.stdout
+
+
+def _pyg_master(tmp_path: Path, store: Any, hidden: int = 8) -> list[str]:
+    import json
+
+    from safetensors.torch import save_file
+    from torch_geometric.nn.models import GraphSAGE
+
+    model = GraphSAGE(store.num_features, hidden, num_layers=2, out_channels=store.num_classes)
+    save_file(model.state_dict(), str(tmp_path / "m.safetensors"))
+    (tmp_path / "m.json").write_text(
+        json.dumps(
+            {
+                "class": "GraphSAGE",
+                "in_channels": store.num_features,
+                "hidden_channels": hidden,
+                "num_layers": 2,
+                "out_channels": store.num_classes,
+            }
+        )
+    )
+    return [
+        "--from-model",
+        str(tmp_path / "m.safetensors"),
+        "--model-config",
+        str(tmp_path / "m.json"),
+    ]
+
+
+def test_generate_from_a_pyg_model_then_add_and_profile_one_variant(
+    tmp_path: Path, small_store: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from safetensors.torch import save_file
+    from torch_geometric.nn.models import GraphSAGE
+
+    out = ["--dataset", "synth-small", "--device", "cpu"]
+    variants = str(tmp_path / "variants")
+    argv = ["-q", "generate", *out, "--out", variants, "--ranking", "greedy", "--prune", "1", "2"]
+    assert main([*argv, "--epochs", "2", *_pyg_master(tmp_path, small_store)]) == 0
+    table = capsys.readouterr().out
+    assert "sage-full-1x" in table and "user" in table and "sage-greedy-2x" in table
+    assert "gin-" not in table  # only the master's arch
+    # A variant the user trained on 3 columns of their choice, then profiled alone.
+    f, c = small_store.num_features, small_store.num_classes
+    save_file(GraphSAGE(3, 8, num_layers=2, out_channels=c).state_dict(), str(tmp_path / "v.st"))
+    (tmp_path / "kept.json").write_text(json.dumps([2, 0, 1]))
+    cfg = {"class": "GraphSAGE", "in_channels": 3, "hidden_channels": 8, "num_layers": 2}
+    (tmp_path / "v.json").write_text(json.dumps({**cfg, "out_channels": c}))
+    add = ["variants", "add", *out, "--variants", variants, "--weights", str(tmp_path / "v.st")]
+    add += ["--model-config", str(tmp_path / "v.json"), "--kept-features"]
+    assert main(["-q", *add, str(tmp_path / "kept.json")]) == 0
+    vid = f"sage-user-{round(f / 3)}x"
+    assert f"variant: {vid}" in capsys.readouterr().out
+    profiles = str(tmp_path / "profiles")
+    prof = ["-q", "profile", *out, "--variants", variants, "--out", profiles, "--runs", "1"]
+    assert main(prof) == 0
+    assert main([*prof, "--only", vid]) == 0
+    assert "profiled 3 variants" in capsys.readouterr().out
+    # Mistakes are one line each.
+    (tmp_path / "kept.json").write_text(json.dumps([0, f]))
+    assert main(["-q", *add, str(tmp_path / "kept.json"), "--force"]) == 1
+    assert f"is outside [0, {f})" in _one_error_line(capsys)
+    assert main(["-q", "generate", *out, "--out", variants, "--from-model", "x.safetensors"]) == 1
+    assert "--from-model and --model-config go together" in _one_error_line(capsys)

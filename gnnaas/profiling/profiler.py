@@ -73,6 +73,8 @@ from gnnaas.profiling.table import (
     PROFILES_FILE,
     SERVICE_TIME_BATCH_SIZES,
     SERVICE_TIMES_FILE,
+    read_profiles,
+    read_service_times,
     write_profiles,
     write_service_times,
 )
@@ -204,6 +206,17 @@ class _Profiler:
                 self.store.rowptr, self.store.col, key, seed=self.sampler_seed, mode=self.sampling
             )
         return self._samplers[key]
+
+    def score_split(self, path: InferencePath, nodes: Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """The per-node score parts of one split, untimed (for paired intervals)."""
+        nums, dens = [], []
+        for batch in torch.split(nodes, self.batch_size):
+            logits, _, _ = path.run(batch)
+            num, den = score_parts(logits, self.store.y[batch])
+            nums.append(num)
+            dens.append(den)
+        num_all, den_all = torch.cat(nums), torch.cat(dens)
+        return num_all.cpu().numpy().astype(np.float64), den_all.cpu().numpy().astype(np.float64)
 
     def profile_split(
         self, path: InferencePath, manifest: Manifest, nodes: Tensor, split: str
@@ -362,6 +375,40 @@ class _Profiler:
         return rows
 
 
+def _kept_profiles(
+    folder: Path, manifests: Sequence[Manifest], only: set[str]
+) -> tuple[dict[str, dict[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """For ``profile --only``: the existing rows and curves of every variant not in ``only``.
+
+    Returns:
+        tuple: ``{variant: {split: row}}`` and the service-curve rows of those variants.
+    """
+    listed = {m.variant_id for m in manifests}
+    unknown = sorted(only - listed)
+    if unknown:
+        raise ArtifactError(
+            f"--only names variants that are not in the repository: {', '.join(unknown)}"
+        )
+    try:
+        frame, curves = read_profiles(folder), read_service_times(folder)
+    except ArtifactError as exc:
+        raise ArtifactError(
+            f"--only needs existing profiles to keep ({exc}); profile every variant first"
+        ) from None
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in frame.to_dict("records"):
+        rows.setdefault(str(record["variant"]), {})[str(record["split"])] = record
+    others = listed - only
+    missing = sorted(v for v in others if set(rows.get(v, {})) != {"val", "test"})
+    if missing:
+        raise ArtifactError(
+            f"--only keeps the other variants' profiles, but {', '.join(missing)} "
+            "have none; profile every variant first"
+        )
+    kept_curves = [r for r in curves.to_dict("records") if r["variant"] in others]
+    return {v: rows[v] for v in others}, kept_curves
+
+
 def _timed_batch(executor: Executor, seeds: Tensor) -> tuple[float, ExecResult]:
     """One batch through the server's handler, timed where it runs (ms, result)."""
     start = time.perf_counter()
@@ -407,6 +454,7 @@ def profile_dataset(
     sampler_seed: int = 0,
     sampling: str = "depth",
     max_batch_nodes: int | None = None,
+    only: Sequence[str] | None = None,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
@@ -441,12 +489,18 @@ def profile_dataset(
         max_batch_nodes (int, optional): the server's largest batch (``GNNAAS_MAX_BATCH_NODES``):
             service-curve batch sizes above it are left out and it becomes a point of the
             curve. (default: ``None``, every size)
+        only (Sequence[str], optional): time only these variants (a new or changed one) and
+            keep every other variant's latency rows and service curve from the existing
+            files; all variants are still scored (untimed), so the paired accuracy intervals
+            stay comparable. Needs existing profiles of the dataset. (default: ``None``)
 
     Returns:
         ProfileResult: paths written, number profiled, skipped variants with their reasons.
 
     Raises:
-        ArtifactError: the repository has no variant of the dataset, or none could be profiled.
+        ArtifactError: the repository has no variant of the dataset, or none could be profiled;
+            with ``only``: no existing profiles, an unknown id, or another variant missing
+            from the existing profiles.
 
     Example:
         >>> repo = VariantRepository("variants")
@@ -491,6 +545,7 @@ def profile_dataset(
             sampler_seed=sampler_seed,
             sampling=sampling,
             max_batch_nodes=max_batch_nodes,
+            only=only,
         )
     finally:
         torch.set_num_threads(previous_threads)
@@ -531,6 +586,7 @@ def _profile_dataset(
     sampler_seed: int,
     sampling: str,
     max_batch_nodes: int | None,
+    only: Sequence[str] | None = None,
 ) -> ProfileResult:
     from tqdm.auto import tqdm
 
@@ -549,6 +605,9 @@ def _profile_dataset(
             f"no variants of {store.name} in {repo.root}; "
             f"generate them with `gnnaas generate --dataset {store.name}`"
         )
+    kept_rows, kept_curves = (
+        _kept_profiles(out_dir / store.name, manifests, set(only)) if only else ({}, [])
+    )
 
     calibration = calibration or calibrate(dev)
     _log.info(
@@ -607,6 +666,12 @@ def _profile_dataset(
                 "features_kept": manifest.in_channels,
                 "size_kb": size_kb,
             }
+            if variant_id in kept_rows:  # --only another variant: score it, keep its timings
+                for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
+                    parts[(variant_id, split)] = prof.score_split(inference, nodes)
+                    rows.append(kept_rows[variant_id][split])
+                del loaded, inference
+                continue
             for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
                 fields, parts[(variant_id, split)] = prof.profile_split(
                     inference, manifest, nodes, split
@@ -631,7 +696,7 @@ def _profile_dataset(
             )
             executors[variant_id] = executor
             del loaded, inference, executor
-        service_rows = prof.service_times(executors) if executors else []
+        service_rows = kept_curves + (prof.service_times(executors) if executors else [])
     finally:
         prof.close()
 

@@ -40,6 +40,7 @@ from gnnaas.typing import PathType
 from gnnaas.variants.repository import (
     FULL_RANKING,
     MANIFEST_FORMAT,
+    USER_RANKING,
     Manifest,
     VariantSpec,
     library_versions,
@@ -52,8 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MasterConfig",
+    "add_user_variant",
     "check_state_dict",
     "import_master",
+    "read_kept_features",
     "read_model_config",
     "read_state_dict",
     "warm_start_state",
@@ -219,7 +222,7 @@ def import_master(
     weights: PathType,
     model_config: PathType,
     *,
-    fanouts: tuple[int, ...] = (25, 10),
+    fanouts: tuple[int, ...] | None = None,
     seed: int = 0,
     batch_size: int = 1024,
     device: str = "cpu",
@@ -232,7 +235,7 @@ def import_master(
         weights (PathType): the state dict, safetensors.
         model_config (PathType): the JSON config (see the module docstring).
         fanouts (tuple[int, ...], optional): serving fanouts, one per layer.
-            (default: ``(25, 10)``)
+            (default: ``None``: ``(25, 10)`` for 2 layers, ``(25,)`` for 1, ``(15, 10, 5)`` for 3)
         seed (int, optional): the serving sampler's seed. (default: ``0``)
         batch_size (int, optional): evaluation batch size. (default: ``1024``)
         device (str, optional): where to evaluate. (default: ``"cpu"``)
@@ -261,11 +264,7 @@ def import_master(
     state = read_state_dict(weights)
     model = config.build()
     check_state_dict(model, state, source)
-    if len(fanouts) != config.num_layers:
-        raise ConfigError(
-            f"the model has {config.num_layers} layers but {len(fanouts)} fanouts were given "
-            f"({list(fanouts)}); pass one fanout per layer"
-        )
+    fanouts = _fanouts(fanouts, config.num_layers)
     model.load_state_dict(state, strict=True)
     model.eval()
 
@@ -338,3 +337,155 @@ def warm_start_state(master: GNN, keep: Tensor) -> dict[str, Tensor]:
         value = tensor.detach()
         out[name] = value[:, keep].clone() if id(tensor) in first else value.clone()
     return out
+
+
+def read_kept_features(path: PathType, num_features: int) -> Tensor:
+    """Reads ``--kept-features``: a JSON list or a ``.npy`` vector of feature column ids.
+
+    Returns:
+        Tensor: ``[k]`` int64 ids in the file's order (the model's input columns).
+
+    Raises:
+        ConfigError: unreadable, not a flat list of integers, ids outside ``[0, F)``, repeated
+            ids, or none; the message names the first offender.
+    """
+    import numpy as np
+
+    source = f"kept features {str(path)!r}"
+    p = Path(path)
+    try:
+        if p.suffix.lower() == ".npy":
+            values = np.load(p, allow_pickle=False)
+        else:
+            values = np.asarray(json.loads(p.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise ConfigError(f"{source} do not exist") from None
+    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise ConfigError(f"{source} cannot be read as a JSON list or .npy ({exc})") from None
+    if values.ndim != 1 or values.size == 0 or values.dtype.kind not in "iu":
+        raise ConfigError(
+            f"{source} must be a non-empty flat list of integer column ids "
+            f"(got shape {list(values.shape)}, dtype {values.dtype})"
+        )
+    ids = torch.from_numpy(values.astype(np.int64))
+    bad = ((ids < 0) | (ids >= num_features)).nonzero().view(-1)
+    if bad.numel():
+        i = int(bad[0])
+        raise ConfigError(f"{source}: [{i}] = {int(ids[i])} is outside [0, {num_features})")
+    uniq, counts = torch.unique(ids, return_counts=True)
+    if bool((counts > 1).any()):
+        raise ConfigError(f"{source}: column {int(uniq[counts > 1][0])} is listed twice")
+    return ids
+
+
+def add_user_variant(
+    store: GraphStore,
+    repo: VariantRepository,
+    weights: PathType,
+    model_config: PathType,
+    kept_features: PathType,
+    *,
+    fanouts: tuple[int, ...] | None = None,
+    seed: int = 0,
+    batch_size: int = 1024,
+    device: str = "cpu",
+    force: bool = False,
+) -> Manifest:
+    """Adds a pruned variant the user trained: ``<arch>-user-<k>x`` with ``k = round(F / kept)``.
+
+    The model (PyG ``GraphSAGE``/``GIN``, as for :func:`import_master`) reads the ``kept``
+    columns in the file's order; they are stored ascending, with the first-layer weight columns
+    permuted to match, so the variant runs like every other. It is evaluated on the serving path
+    and written atomically; profile it with ``gnnaas profile --only <id>``.
+
+    Raises:
+        ConfigError: a bad file, a model that does not fit (``in_channels`` must equal the
+            number of kept features), every feature kept (that is a master model:
+            ``generate --from-model``), or an existing id without ``force``.
+    """
+    from gnnaas.variants.training import evaluate
+
+    config = read_model_config(model_config)
+    keep = read_kept_features(kept_features, store.num_features)
+    if keep.numel() == store.num_features:
+        raise ConfigError(
+            "the variant keeps every feature: that is a master model; use "
+            "`gnnaas generate --from-model` for it"
+        )
+    if config.in_channels != keep.numel():
+        raise ConfigError(
+            f"the model reads {config.in_channels} features but --kept-features lists "
+            f"{keep.numel()}"
+        )
+    if config.out_channels != store.num_classes:
+        raise ConfigError(
+            f"the model predicts {config.out_channels} classes but dataset '{store.name}' has "
+            f"{store.num_classes}"
+        )
+    fanouts = _fanouts(fanouts, config.num_layers)
+    prune = max(2, round(store.num_features / keep.numel()))
+    spec = VariantSpec(store.name, config.arch.value, USER_RANKING, prune)
+    if not force and repo.path(store.name, spec.variant_id).exists():
+        raise ConfigError(
+            f"variant {spec.variant_id} of {store.name} exists; pass --force to replace it"
+        )
+    state = read_state_dict(weights)
+    model = config.build()
+    check_state_dict(model, state, f"weights {str(weights)!r}")
+    model.load_state_dict(state, strict=True)
+    order = torch.argsort(keep)
+    keep = keep[order]
+    with torch.no_grad():
+        for w in model.first_layer_weights():
+            w.copy_(w[:, order])
+    model.eval()
+    metrics = {
+        name: evaluate(
+            model, store, nodes, keep=keep, fanouts=fanouts, batch_size=batch_size,
+            device=device, seed=seed,
+        )
+        if nodes.numel()
+        else math.nan
+        for name, nodes in (("val_acc", store.val_idx), ("test_acc", store.test_idx))
+    }  # fmt: skip
+    manifest = Manifest(
+        format=MANIFEST_FORMAT,
+        dataset=store.name,
+        variant_id=spec.variant_id,
+        arch=spec.arch,
+        ranking=spec.ranking,
+        prune=prune,
+        num_features=store.num_features,
+        kept_features=[int(i) for i in keep.tolist()],
+        in_channels=config.in_channels,
+        hidden_channels=config.hidden_channels,
+        out_channels=config.out_channels,
+        num_layers=config.num_layers,
+        dropout=config.dropout,
+        fanouts=list(fanouts),
+        multi_label=store.multi_label,
+        metrics={**metrics, "train_time_s": 0.0, "epochs": 0},
+        seed=seed,
+        versions=library_versions(),
+        family="pyg",
+        origin="user",
+    )
+    return repo.save(manifest, model.cpu())
+
+
+_DEFAULT_FANOUTS = {1: (25,), 2: (25, 10), 3: (15, 10, 5)}
+
+
+def _fanouts(fanouts: tuple[int, ...] | None, num_layers: int) -> tuple[int, ...]:
+    if fanouts is None:
+        if num_layers not in _DEFAULT_FANOUTS:
+            raise ConfigError(
+                f"no default fanouts for a {num_layers}-layer model; give one per layer"
+            )
+        return _DEFAULT_FANOUTS[num_layers]
+    if len(fanouts) != num_layers:
+        raise ConfigError(
+            f"the model has {num_layers} layers but {len(fanouts)} fanouts were given "
+            f"({list(fanouts)}); pass one fanout per layer"
+        )
+    return tuple(int(f) for f in fanouts)

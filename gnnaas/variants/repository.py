@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FULL_RANKING",
+    "USER_RANKING",
     "MANIFEST_FORMAT",
     "LoadedVariant",
     "Manifest",
@@ -53,6 +54,8 @@ _ORIGINS = ("trained", "user")
 """Version of the manifest layout written by this code."""
 
 FULL_RANKING = "full"
+USER_RANKING = "user"
+"""The ranking of a pruned variant the user trained on features they chose (``variants add``)."""
 """The ranking name of the 1× model, shared by every ranking (variant id ``<arch>-full-1x``)."""
 
 _WEIGHTS = "weights.safetensors"
@@ -75,7 +78,8 @@ class VariantSpec:
     Args:
         dataset (str): dataset name as the store names it (e.g. ``"Cora"``).
         arch (str): ``sage`` or ``gin`` (any case, or an ``Arch``).
-        ranking (str): ``random``, ``greedy`` or ``lasso`` (or ``full`` when ``prune == 1``).
+        ranking (str): ``random``, ``greedy`` or ``lasso`` (or ``full`` when ``prune == 1``;
+            ``user`` for a variant the user trained on features they chose).
         prune (int): prune factor ``k >= 1``; the variant keeps ``num_features // k`` features.
 
     Example:
@@ -95,6 +99,8 @@ class VariantSpec:
         ranking = str(getattr(self.ranking, "value", self.ranking)).strip().lower()
         if self.prune == 1:
             ranking = FULL_RANKING
+        elif ranking == USER_RANKING:
+            pass
         elif ranking == FULL_RANKING:
             raise ConfigError(
                 f"ranking 'full' is only the 1x model; a {self.prune}x variant needs one of: "

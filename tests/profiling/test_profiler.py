@@ -244,3 +244,54 @@ def test_empty_repository(small_store: Any, tmp_path: Path) -> None:
 def test_bad_arguments(small_store: Any, tmp_path: Path, kwargs: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         profile_dataset(small_store, VariantRepository(tmp_path), tmp_path, **kwargs)
+
+
+def test_only_times_one_variant_and_keeps_the_others(
+    small_store: Any, tiny_repo: VariantRepository, profiled: Any, tmp_path: Path
+) -> None:
+
+    first, before = profiled
+    folder = tmp_path / small_store.name
+    shutil.copytree(first.path.parent, folder)
+    curves_before = read_service_times(folder)
+    result = profile_dataset(
+        small_store,
+        tiny_repo,
+        tmp_path,
+        batch_size=TINY.batch_size,
+        runs=3,
+        warmup=1,
+        service_runs=1,
+        calibration=FIXED_RATES,
+        min_time_s=0.0,
+        only=["sage-random-4x"],
+    )
+    after = read_profiles(result.path)
+    assert sorted(after["variant"].unique()) == sorted(before["variant"].unique())
+    timing = ["latency_ms", "e2e_ms", "comm_ms", "comp_ms", "date"]
+    for vid in ("gin-full-1x", "sage-full-1x"):  # kept as they were, timings and all
+        old = before[before["variant"] == vid].sort_values("split")[timing].reset_index(drop=True)
+        new = after[after["variant"] == vid].sort_values("split")[timing].reset_index(drop=True)
+        assert old.equals(new)
+    curves = read_service_times(result.service_times_path)
+    for vid in ("gin-full-1x", "sage-full-1x"):
+        assert curves[curves["variant"] == vid]["e2e_ms"].tolist() == (
+            curves_before[curves_before["variant"] == vid]["e2e_ms"].tolist()
+        )
+    assert set(curves["variant"]) == set(curves_before["variant"])
+    # Accuracies are re-scored for every variant (paired intervals need all of them): same
+    # nodes, same pipeline, same numbers; the interval columns are filled for all.
+    merged = before.merge(after, on=["variant", "split"], suffixes=("_old", "_new"))
+    assert np.allclose(merged["accuracy_old"], merged["accuracy_new"], atol=1e-6)
+    assert after["diff_best_lo"].notna().all()
+
+
+def test_only_needs_existing_profiles_and_known_ids(
+    small_store: Any, tiny_repo: VariantRepository, tmp_path: Path
+) -> None:
+    kwargs: dict[str, Any] = {"runs": 1, "warmup": 0, "min_time_s": 0.0}
+    kwargs["calibration"] = FIXED_RATES
+    with pytest.raises(ArtifactError, match="--only needs existing profiles"):
+        profile_dataset(small_store, tiny_repo, tmp_path, only=["sage-random-4x"], **kwargs)
+    with pytest.raises(ArtifactError, match="not in the repository: sage-lasso-2x"):
+        profile_dataset(small_store, tiny_repo, tmp_path, only=["sage-lasso-2x"], **kwargs)

@@ -137,10 +137,10 @@ def test_a_model_that_does_not_fit_is_refused_and_nothing_written(
         ),
     )
     refused(
-        "the model has 3 layers but 2 fanouts were given",
-        w=_three_layers(tmp_path, f, c),
+        "no default fanouts for a 4-layer model; give one per layer",
+        w=_deep(tmp_path, f, c, 4),
         cfg=_config(
-            tmp_path / "deep.json", **{**fields, "num_layers": 3}, in_channels=f, out_channels=c
+            tmp_path / "deeper.json", **{**fields, "num_layers": 4}, in_channels=f, out_channels=c
         ),
     )
     gin_cfg = _config(
@@ -158,9 +158,9 @@ def test_a_model_that_does_not_fit_is_refused_and_nothing_written(
     refused("'convs.1.lin_l.bias' holds NaN or inf values", w=nan)
 
 
-def _three_layers(tmp_path: Path, f: int, c: int) -> Path:
-    path = tmp_path / "deep.safetensors"
-    save_file(GraphSAGE(f, 16, num_layers=3, out_channels=c).state_dict(), str(path))
+def _deep(tmp_path: Path, f: int, c: int, layers: int) -> Path:
+    path = tmp_path / f"deep{layers}.safetensors"
+    save_file(GraphSAGE(f, 16, num_layers=layers, out_channels=c).state_dict(), str(path))
     return path
 
 
@@ -259,3 +259,52 @@ def test_a_pyg_master_on_cora_becomes_a_served_set_of_variants(
             r = client.post("/v1/datasets/Cora/predict", json={"nodes": [0, 1, 2]}, headers=headers)
             assert r.status_code == 200, r.text
             assert r.headers["X-Variant"] in stored
+
+
+def test_a_user_trained_variant_is_added_with_its_columns_in_order(
+    tmp_path: Path, small_store: Any
+) -> None:
+    from gnnaas.variants.master import add_user_variant
+
+    f, c = small_store.num_features, small_store.num_classes
+    kept = [f - 1, 0, 5, 3, 2, 9, 7, 4][: max(2, f // 4)]  # the user's own (unsorted) order
+    torch.manual_seed(0)
+    user = GraphSAGE(len(kept), 16, num_layers=2, out_channels=c).eval()
+    save_file(user.state_dict(), str(tmp_path / "v.safetensors"))
+    (tmp_path / "kept.json").write_text(json.dumps(kept))
+    cfg = _config(
+        tmp_path / "v.json",
+        **{"class": "GraphSAGE", "in_channels": len(kept), "hidden_channels": 16},
+        num_layers=2,
+        out_channels=c,
+    )
+    repo = VariantRepository(tmp_path / "variants")
+    args = (small_store, repo, tmp_path / "v.safetensors", cfg, tmp_path / "kept.json")
+    manifest = add_user_variant(*args)
+    k = round(f / len(kept))
+    assert manifest.variant_id == f"sage-user-{k}x"
+    assert (manifest.family, manifest.origin, manifest.ranking) == ("pyg", "user", "user")
+    assert manifest.kept_features == sorted(kept)
+    assert 0.0 <= manifest.metrics["val_acc"] <= 1.0
+    stored = repo.load(small_store.name, manifest.variant_id).model
+    x, edge_index = _graph(30, f)
+    with torch.inference_mode():  # same answers on the user's columns and on the sorted ones
+        torch.testing.assert_close(
+            stored(x[:, sorted(kept)], edge_index), user(x[:, kept], edge_index)
+        )
+    with pytest.raises(ConfigError, match="exists; pass --force"):
+        add_user_variant(*args)
+    assert add_user_variant(*args, force=True).variant_id == manifest.variant_id
+
+    def refused(kept_text: str, message: str) -> None:
+        (tmp_path / "bad.json").write_text(kept_text)
+        with pytest.raises(ConfigError) as err:
+            add_user_variant(*args[:4], tmp_path / "bad.json", force=True)
+        assert message in str(err.value)
+
+    refused(json.dumps([0, f]), f"[1] = {f} is outside [0, {f})")
+    refused(json.dumps([1, 1]), "column 1 is listed twice")
+    refused(json.dumps([[0, 1]]), "must be a non-empty flat list of integer column ids")
+    refused(json.dumps([0, 1, 2]), f"the model reads {len(kept)} features but --kept-features")
+    refused(json.dumps(list(range(f))), "keeps every feature: that is a master model")
+    assert [m.variant_id for m in repo.list(small_store.name)] == [manifest.variant_id]
