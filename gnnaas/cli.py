@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gnnaas.errors import GnnaasError
+from gnnaas.errors import ConfigError, GnnaasError
 
 __all__ = ["main"]
 
@@ -196,20 +196,46 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from gnnaas.variants.pipeline import generate_variants
     from gnnaas.variants.repository import VariantRepository
 
+    if bool(args.from_model) != bool(args.model_config):
+        raise ConfigError("--from-model and --model-config go together (weights, config)")
     device = resolve_device(_device(args))
     store = _load(args)
     out = _variants_dir(args.out)
+    repo = VariantRepository(out)
+    archs, force, warm = args.arch, args.force, bool(args.warm_start)
+    if args.from_model:
+        from gnnaas.variants.master import import_master
+
+        _say(args, f"checking and evaluating your model {args.from_model} on {store.name}")
+        manifest, _ = import_master(
+            store,
+            repo,
+            args.from_model,
+            args.model_config,
+            seed=_serving_pipeline()["sampler_seed"],
+            device=str(device),
+        )
+        _say(
+            args,
+            f"stored it as {manifest.variant_id}: val_acc "
+            f"{100 * manifest.metrics['val_acc']:.2f}%, test_acc "
+            f"{100 * manifest.metrics['test_acc']:.2f}% (served pipeline)",
+        )
+        # Its arch only; its pruned variants are stale now whatever is stored.
+        archs, force = [manifest.arch], True
+        warm = args.warm_start is not False
     _say(args, f"generating variants of {store.name} on {device} into {out}")
     rows = generate_variants(
         store,
-        VariantRepository(out),
-        archs=args.arch,
+        repo,
+        archs=archs,
         rankings=args.ranking,
         prunes=args.prune,
         config=_train_config(args),
         device=device,
-        force=args.force,
+        force=force,
         progress=_progress(args),
+        warm_start=warm,
     )
     _print_table(
         [
@@ -223,6 +249,38 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             for r in rows
         ],
         ("variant", "features", "val_acc_%", "train_s", "status"),
+    )
+    return 0
+
+
+def _cmd_variants_add(args: argparse.Namespace) -> int:
+    _start(args, f"loading dataset {args.dataset}")
+    from gnnaas.utils import resolve_device
+    from gnnaas.variants.master import add_user_variant
+    from gnnaas.variants.repository import VariantRepository
+
+    device = resolve_device(_device(args))
+    store = _load(args)
+    out = _variants_dir(args.variants)
+    _say(args, f"checking and evaluating {args.weights} on {store.name}")
+    manifest = add_user_variant(
+        store,
+        VariantRepository(out),
+        args.weights,
+        args.model_config,
+        args.kept_features,
+        seed=_serving_pipeline()["sampler_seed"],
+        device=str(device),
+        force=args.force,
+    )
+    print(f"variant: {manifest.variant_id}")
+    print(f"features_kept: {manifest.in_channels} of {manifest.num_features}")
+    print(f"val_acc: {manifest.metrics['val_acc']:.4f}")
+    print(f"test_acc: {manifest.metrics['test_acc']:.4f}")
+    print(f"stored: {Path(out) / store.name / manifest.variant_id}")
+    print(
+        f"next: gnnaas profile --dataset {store.name} --only {manifest.variant_id}, then reload "
+        "a running server (SIGHUP or POST /v1/admin/reload)"
     )
     return 0
 
@@ -245,6 +303,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         runs=args.runs,
         device=device,
         progress=_progress(args),
+        only=args.only,
         **_serving_pipeline(),
     )
     for variant_id, reason in result.skipped:
@@ -551,7 +610,55 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help=_VARIANTS_HELP)
     _add_epochs(p)
     p.add_argument("--force", action="store_true", help="retrain variants that already exist")
+    p.add_argument(
+        "--from-model",
+        metavar="FILE",
+        default=None,
+        help="your trained PyG GraphSAGE or GIN state dict (.safetensors) as the 1x model; its "
+        "pruned variants are ranked from it and (re)trained in its layout",
+    )
+    p.add_argument(
+        "--model-config",
+        metavar="FILE",
+        default=None,
+        help='JSON for --from-model: {"class": "GraphSAGE"|"GIN", "in_channels", '
+        '"hidden_channels", "num_layers", "out_channels"[, "dropout"]}',
+    )
+    p.add_argument(
+        "--warm-start",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start each pruned variant from the 1x model's weights on its kept features "
+        "(default: on with --from-model, off otherwise)",
+    )
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser(
+        "variants",
+        help="manage the variant repository (add a variant you trained)",
+        description="Manage the variant repository.",
+    )
+    vsub = p.add_subparsers(dest="variants_command", metavar="ACTION", required=True)
+    p = vsub.add_parser(
+        "add",
+        help="add a pruned variant you trained (PyG GraphSAGE/GIN) on features you chose",
+        description="Check, evaluate and store a pruned variant you trained, as "
+        "<arch>-user-<k>x (k = features / kept); profile it with `gnnaas profile --only ID`.",
+    )
+    _add_data_args(p)
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument("--weights", required=True, metavar="FILE", help="state dict, .safetensors")
+    p.add_argument(
+        "--model-config", required=True, metavar="FILE", help="JSON, as for generate --from-model"
+    )
+    p.add_argument(
+        "--kept-features",
+        required=True,
+        metavar="FILE",
+        help="the model's input columns: a JSON list or .npy of feature ids, in its input order",
+    )
+    p.add_argument("--force", action="store_true", help="replace a variant with the same id")
+    p.set_defaults(func=_cmd_variants_add)
 
     p = sub.add_parser(
         "profile",
@@ -570,6 +677,14 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--runs", type=_positive_int, default=30, help="timed runs per variant (default: 30)"
+    )
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="ID",
+        default=None,
+        help="time only these variants (e.g. one just added) and keep the others' timings; "
+        "every variant is re-scored for the paired accuracy intervals",
     )
     p.set_defaults(func=_cmd_profile)
 
