@@ -431,7 +431,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
             ) from None
         _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
-        app = create_app(settings)
+        # SIGHUP and POST /v1/admin/reload reread the folders above; their outcome is logged.
+        # A SIGHUP while the models load is ignored (they are being read fresh anyway).
+        import signal
+
+        if hasattr(signal, "SIGHUP"):
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        logging.getLogger("gnnaas.serving.reload").setLevel(logging.INFO)
+        app = create_app(settings, reload_on_sighup=True)
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="info", access_log=False
         )

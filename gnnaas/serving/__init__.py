@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     )
     from gnnaas.serving.profiles import VariantProfile
     from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
+    from gnnaas.serving.reload import Reloader, ReloadError, ReloadSummary
     from gnnaas.serving.router import NotFoundError, Prediction, Router
     from gnnaas.serving.sampler import DepthSampler
     from gnnaas.serving.settings import Settings
@@ -50,6 +51,7 @@ _SOURCES = {
     ),
     "profiles": ("VariantProfile",),
     "registry": ("ServedDataset", "ServingVariant", "VariantRegistry"),
+    "reload": ("ReloadError", "ReloadSummary", "Reloader"),
     "router": ("NotFoundError", "Prediction", "Router"),
     "sampler": ("DepthSampler",),
     "settings": ("Settings",),
@@ -67,6 +69,9 @@ __all__ = [
     "LoadSnapshot",
     "NotFoundError",
     "Prediction",
+    "ReloadError",
+    "ReloadSummary",
+    "Reloader",
     "RequestSpec",
     "Router",
     "Selection",

@@ -16,6 +16,13 @@ error                                  status  when
                                                id <id>)``; the log has the traceback
 =====================================  ======  ==========================================
 
+The admin routes (:mod:`gnnaas.serving.routes.admin`) add 401/403 for the bearer token and their
+own reload errors (409 for files that cannot be served, 500 naming the stage). The app's
+:class:`~gnnaas.serving.reload.Reloader` (``app.state.reloader``) serves ``POST /v1/admin/reload``
+and, with ``reload_on_sighup``, ``SIGHUP``: its handler is installed on the running loop in the
+lifespan (``loop.add_signal_handler``) and removed at shutdown, so ``gnnaas serve`` under
+uvicorn reloads on ``kill -HUP`` while SIGINT/SIGTERM keep their graceful shutdown.
+
 One small ASGI middleware sits in front of the app: it gives every request an id (the client's
 ``X-Request-Id`` when it is a short token, else a generated one) and returns it as
 ``X-Request-Id``; it turns an unhandled exception into that 500 (never the exception's text); and it
@@ -28,6 +35,7 @@ ship with ``fastapi-offline``), so they work with no network.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import json
@@ -35,6 +43,7 @@ import logging
 import math
 import os
 import re
+import signal
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -50,8 +59,9 @@ import gnnaas
 from gnnaas.errors import ArtifactError, ConfigError, OverloadedError
 from gnnaas.serving.metrics import ServingMetrics
 from gnnaas.serving.registry import VariantRegistry
+from gnnaas.serving.reload import RegistryLoader, Reloader
 from gnnaas.serving.router import ExecutorFactory, Router
-from gnnaas.serving.routes import datasets, health, predict
+from gnnaas.serving.routes import admin, datasets, health, predict
 from gnnaas.serving.routes.predict import REQUEST_ID_KEY, START_KEY
 from gnnaas.serving.settings import Settings
 
@@ -289,11 +299,38 @@ def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
         return JSONResponse({"detail": internal_error_detail(request_id)}, status_code=500)
 
 
+def _refreeze() -> None:
+    """Frees a replaced generation: one full collection, then everything left is frozen again.
+
+    The lifespan froze the first generation (short full collections); reference cycles among a
+    replaced generation's objects (lanes and their batchers' callbacks, modules) would stay
+    frozen, never collected, so every reload would keep its predecessor's models and graphs.
+    This costs one collection pause on the event loop per reload.
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
+def _install_sighup(reloader: Reloader) -> bool:
+    """Reloads on ``SIGHUP`` from now on; ``False`` (and a warning) where signals cannot be set."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.on_signal)
+    except (AttributeError, NotImplementedError, RuntimeError, ValueError) as exc:
+        # no SIGHUP (Windows), or not the main thread
+        _log.warning("SIGHUP will not reload: %s", exc)
+        return False
+    _log.info("SIGHUP reloads variants, profiles and datasets (pid %d)", os.getpid())
+    return True
+
+
 def create_app(
     settings: Settings,
     registry: VariantRegistry | None = None,
     *,
     executor_factory: ExecutorFactory | None = None,
+    loader: RegistryLoader | None = None,
+    reload_on_sighup: bool = False,
 ) -> FastAPI:
     """Builds the router app.
 
@@ -305,6 +342,11 @@ def create_app(
         executor_factory (ExecutorFactory, optional): builds each variant's batch handler
             (tests, benchmarks); an :class:`~gnnaas.serving.executor.Executor` by default.
             (default: ``None``)
+        loader (RegistryLoader, optional): builds the registry a reload swaps in; by default
+            ``VariantRegistry.load(settings, strict=True)``, the folders the server started with.
+            (default: ``None``)
+        reload_on_sighup (bool, optional): reload on ``SIGHUP`` while the app runs; needs the
+            lifespan to run in the main thread (``gnnaas serve`` sets it). (default: ``False``)
 
     Returns:
         FastAPI: the app; its lifespan starts the batchers and drains them on shutdown.
@@ -320,6 +362,12 @@ def create_app(
         registry = VariantRegistry.load(settings)
     metrics = ServingMetrics()
     core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
+    if loader is None:
+
+        def loader() -> VariantRegistry:
+            return VariantRegistry.load(settings, strict=True)
+
+    reloader = Reloader(core, loader, after_swap=_refreeze)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -328,11 +376,15 @@ def create_app(
         # move it out of the collector's reach so that full collections stay short (tail latency).
         gc.collect()
         gc.freeze()
-        _log.info("serving %s", ", ".join(registry.datasets))
+        _log.info("serving %s", ", ".join(core.registry.datasets))
+        on_sighup = reload_on_sighup and _install_sighup(reloader)
         try:
             yield
         finally:
+            if on_sighup:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             gc.unfreeze()
+            await reloader.close()
             await core.stop()
 
     app = FastAPIOffline(
@@ -344,9 +396,11 @@ def create_app(
     app.state.settings = settings
     app.state.router = core
     app.state.metrics = metrics
+    app.state.reloader = reloader
     app.add_middleware(_Edge, max_bytes=settings.max_body_bytes, metrics=metrics)
     _register_handlers(app, metrics)
     app.include_router(predict.router, prefix="/v1")
     app.include_router(datasets.router, prefix="/v1")
+    app.include_router(admin.router, prefix="/v1")
     app.include_router(health.router)
     return app

@@ -20,6 +20,8 @@ name                                 type       labels
 ``gnnaas_batch_measured_seconds``    histogram  dataset, variant
 ``gnnaas_batch_time_rel_error``      gauge      dataset, variant, stat (median_abs, median)
 ``gnnaas_batch_time_samples``        gauge      dataset, variant
+``gnnaas_reloads_total``             counter    outcome (ok, failed)
+``gnnaas_registry_generation``       gauge      (none): 1 at start, +1 per successful reload
 ===================================  =========  ==============================================
 
 The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its profiled service
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -150,6 +152,19 @@ class ServingMetrics:
             buckets=_LATENCY_BUCKETS_S,
             registry=r,
         )
+        self.reloads = Counter(
+            "gnnaas_reloads",
+            "Reloads of variants and profiles, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("ok", "failed"):  # both series exist from the start, at 0
+            self.reloads.labels(outcome)
+        self.generation = Gauge(
+            "gnnaas_registry_generation",
+            "Generation of the served set of variants (1 at start, +1 per successful reload)",
+            registry=r,
+        )
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._drift: dict[tuple[str, str], DriftRecord] = {}
@@ -203,6 +218,14 @@ class ServingMetrics:
         """Publishes ``record``'s summary as ``gnnaas_batch_time_rel_error`` at scrape time."""
         self._drift[(dataset, variant)] = record
 
+    def untrack_drift(self, dataset: str, variant: str) -> None:
+        """Stops publishing the drift of a variant that is no longer served."""
+        self._drift.pop((dataset, variant), None)
+
+    def reloaded(self, outcome: str) -> None:
+        """Records one reload, ``ok`` or ``failed`` (the router sets the generation gauge)."""
+        self.reloads.labels(outcome).inc()
+
     def batch_time(
         self, dataset: str, variant: str, *, predicted_s: float, measured_s: float
     ) -> None:
@@ -214,7 +237,8 @@ class ServingMetrics:
         """Records one rejected request, by reason.
 
         Reasons used by the app: ``overloaded``, ``too_many_nodes``, ``body_too_large``,
-        ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``.
+        ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``,
+        ``admin_disabled``, ``unauthorized``.
         """
         self.rejections.labels(reason).inc()
 

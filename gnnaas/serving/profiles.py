@@ -6,8 +6,9 @@ variant its 95% accuracy interval and its paired difference to the most accurate
 the policy then admits by point accuracy.
 
 Reads ``profiles/<dataset>/profiles.csv`` and ``service_times.csv`` through
-:mod:`gnnaas.profiling.table` once, at start-up; nothing here runs per request. A missing or bad
-table never raises: the affected variants get a reason instead, and are not routed to.
+:mod:`gnnaas.profiling.table` at start-up and on each reload; nothing here runs per request. At
+start-up a missing or bad table never raises: the affected variants get a reason instead, and are
+not routed to. A reload reads strictly: a table that is there but bad fails the reload.
 """
 
 from __future__ import annotations
@@ -104,10 +105,25 @@ def _paired(row: Mapping[str, Any]) -> PairedDiff | None:
 
 
 def read_profile_tables(
-    folder: Path, split: str
+    folder: Path, split: str, *, strict: bool = False
 ) -> tuple[pd.DataFrame | None, dict[str, list[dict[str, Any]]], list[str]]:
-    """Both tables of one dataset; a missing or bad table becomes a note, never an exception."""
-    from gnnaas.profiling.table import read_profiles, read_service_times
+    """Both tables of one dataset; a missing or bad table becomes a note.
+
+    Args:
+        folder (Path): ``profiles/<dataset>``.
+        split (str): the profile split the router ranks by.
+        strict (bool, optional): raise for a table that exists but cannot be read (a reload
+            refuses it); a missing table is still a note. (default: ``False``)
+
+    Raises:
+        ArtifactError: ``strict`` and a table is there but unreadable or malformed.
+    """
+    from gnnaas.profiling.table import (
+        PROFILES_FILE,
+        SERVICE_TIMES_FILE,
+        read_profiles,
+        read_service_times,
+    )
 
     notes: list[str] = []
     profiles = None
@@ -115,6 +131,8 @@ def read_profile_tables(
     try:
         profiles = read_profiles(folder)
     except ArtifactError as exc:
+        if strict and (Path(folder) / PROFILES_FILE).exists():
+            raise
         notes.append(str(exc))
     try:
         service = read_service_times(folder)
@@ -123,6 +141,8 @@ def read_profile_tables(
                 {k: _clean(v) for k, v in row.items() if k != "variant"}
             )
     except ArtifactError as exc:
+        if strict and (Path(folder) / SERVICE_TIMES_FILE).exists():
+            raise
         notes.append(str(exc))
     return profiles, curves, notes
 

@@ -283,15 +283,24 @@ class VariantRegistry:
         return cls(served, notes, device=device)
 
     @classmethod
-    def load(cls, settings: Settings) -> VariantRegistry:
+    def load(cls, settings: Settings, *, strict: bool = False) -> VariantRegistry:
         """Loads every dataset with variants and profiles (or only ``settings.datasets``).
 
         Graph stores come from :func:`gnnaas.data.load_dataset`, weights from the variant
         repository with their checksums verified. Corrupt variants are skipped with a note.
 
+        Args:
+            settings (Settings): the folders, device and sampler.
+            strict (bool, optional): what a reload uses: whatever is there but cannot be read (a
+                variant's manifest or weights, a profile table, a dataset's graph) raises instead
+                of becoming a note, so that a reload keeps the previous set rather than silently
+                serving less. What is missing (no variants yet, no profiles yet) is still a note.
+                (default: ``False``)
+
         Raises:
             ConfigError: the variants folder is missing, a dataset named in ``settings.datasets``
                 has no variants or profiles, or nothing at all can be served.
+            ArtifactError: ``strict`` and a variant, profile table or graph cannot be read.
         """
         from gnnaas.data import load_dataset
         from gnnaas.utils import resolve_device
@@ -312,6 +321,10 @@ class VariantRegistry:
         factory = consistent_sampler_factory(settings.seed, settings.sampling)
         for name in names:
             manifests = repo.list(name)
+            unreadable = _unlisted_variants(repo, variants_dir / name, manifests)
+            if unreadable and strict:
+                raise ArtifactError(f"variant {name}/{unreadable[0][0]}: {unreadable[0][1]}")
+            notes.extend(f"variant {name}/{v} skipped: {exc}" for v, exc in unreadable)
             problem = None
             if not manifests:
                 problem = (
@@ -330,15 +343,22 @@ class VariantRegistry:
             try:
                 store = load_dataset(name, settings.data_root, seed=manifests[0].seed)
             except (ConfigError, ArtifactError, OSError) as exc:
+                if strict:
+                    raise ArtifactError(
+                        f"dataset {name}: its graph could not be loaded ({exc})"
+                    ) from exc
                 if explicit:
                     raise
                 notes.append(f"dataset {name} skipped: its graph could not be loaded ({exc})")
                 _log.warning("skipping dataset %s: %s", name, exc)
                 continue
             first_note = len(notes)
-            profiles, curves, profile_notes = read_profile_tables(
-                profiles_dir / name, settings.profile_split
-            )
+            try:
+                profiles, curves, profile_notes = read_profile_tables(
+                    profiles_dir / name, settings.profile_split, strict=strict
+                )
+            except ArtifactError as exc:
+                raise ArtifactError(f"dataset {name}: {exc}") from exc
             notes.extend(f"dataset {name}: {n}" for n in profile_notes)
             variants: list[ServingVariant] = []
             for m in manifests:
@@ -351,6 +371,8 @@ class VariantRegistry:
                         )
                     loaded = repo.load(name, m.variant_id, device=device)
                 except ArtifactError as exc:
+                    if strict:
+                        raise ArtifactError(f"variant {name}/{m.variant_id}: {exc}") from exc
                     notes.append(f"variant {name}/{m.variant_id} skipped: {exc}")
                     _log.warning("skipping variant %s/%s: %s", name, m.variant_id, exc)
                     continue
@@ -400,6 +422,28 @@ class VariantRegistry:
             detail = "; ".join(notes) or f"no dataset folders in '{variants_dir}'"
             raise ConfigError(f"nothing to serve ({detail}); {prepare}")
         return cls(served, notes, device=device)
+
+
+def _unlisted_variants(
+    repo: Any, folder: Path, listed: Sequence[Any]
+) -> list[tuple[str, ArtifactError]]:
+    """Why each variant folder the repository's listing skipped cannot be read.
+
+    ``VariantRepository.list`` skips a folder whose manifest is unreadable with a warning only;
+    reading that manifest again gives the reason for a note (or a failed reload).
+    """
+    if not folder.is_dir():
+        return []
+    known = {m.variant_id for m in listed}
+    errors: list[tuple[str, ArtifactError]] = []
+    for child in sorted(folder.iterdir()):
+        if child.name.startswith(".") or not child.is_dir() or child.name in known:
+            continue
+        try:
+            repo.manifest(folder.name, child.name)
+        except (ArtifactError, ConfigError) as exc:
+            errors.append((child.name, ArtifactError(str(exc))))
+    return errors
 
 
 def _iso_utc(text: str) -> bool:

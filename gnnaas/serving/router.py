@@ -24,11 +24,16 @@ backlog that hovers around the switching point does not alternate batches betwee
 Times come from the profiled service curves times a *measured* factor: an EWMA of observed batch
 time / profiled time over every batch on the device, so a machine slower or busier than the one
 that profiled is noticed after a few batches.
+
+:meth:`Router.reload` replaces the served set (a new *generation*) without failing a request: the
+new lanes are built and warmed up off to the side, swapped in on the event loop, and the old ones
+drain what was queued on them (:mod:`gnnaas.serving.reload` drives it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -40,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnaas.errors import ConfigError
+from gnnaas.errors import ConfigError, OverloadedError
 from gnnaas.serving.batcher import Batcher, BatchStats
 from gnnaas.serving.drift import DriftRecord
 from gnnaas.serving.executor import ExecRequest, ExecResult, Executor
@@ -179,8 +184,7 @@ class Lane:
         self.handler = handler
         self.speed = speed
         self._metrics = metrics
-        self.drift = DriftRecord()
-        metrics.track_drift(dataset.name, variant.variant_id, self.drift)
+        self.drift = DriftRecord()  # published by the router when the lane goes live
         self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
             handler,
             name=f"{dataset.name}/{variant.variant_id}",
@@ -280,6 +284,11 @@ class Router:
         self._admitted: dict[
             tuple[str, float], tuple[tuple[Candidate, ...], tuple[Candidate, ...]]
         ] = {}
+        self._gate: asyncio.Semaphore | None = None
+        # Lanes of a previous generation still serving the requests queued on them.
+        self._draining: list[Lane] = []
+        self._drains: set[asyncio.Future[None]] = set()
+        self.generation = 0
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -295,19 +304,13 @@ class Router:
             return
         if self.settings.torch_threads is not None:
             torch.set_num_threads(self.settings.torch_threads)
-        gate = asyncio.Semaphore(self.settings.max_concurrent_batches)
-        for ds in self.registry.datasets.values():
-            for v in ds.variants.values():
-                handler = await asyncio.to_thread(self._factory, ds, v)
-                self._lanes[(ds.name, v.variant_id)] = Lane(
-                    ds, v, handler, self.settings, self.metrics, speed=self.speed, gate=gate
-                )
-        if self.settings.warmup:
-            for lane in self._lanes.values():
-                warm = [ExecRequest(torch.zeros(1, dtype=torch.long), proba=True)]
-                await asyncio.to_thread(lane.handler, warm)
-        for lane in self._lanes.values():
-            lane.batcher.start()
+        # One gate for every generation of lanes: during a reload the old lanes' last batches
+        # and the new lanes' first ones still share the device's max_concurrent_batches.
+        self._gate = asyncio.Semaphore(self.settings.max_concurrent_batches)
+        self._lanes = await self._build_lanes(self.registry)
+        self._go_live(self._lanes)
+        self.generation = 1
+        self.metrics.generation.set(self.generation)
         self.started = True
         _log.info("router started: %d variants", len(self._lanes))
 
@@ -315,9 +318,107 @@ class Router:
         """Refuses new requests and drains the accepted ones (bounded by the shutdown timeout)."""
         self.stopping = True
         await asyncio.gather(
-            *(lane.batcher.stop(self.settings.shutdown_timeout_s) for lane in self._lanes.values())
+            *(lane.batcher.stop(self.settings.shutdown_timeout_s) for lane in self._lanes.values()),
+            *list(self._drains),  # lanes retired by a reload still draining
         )
         _log.info("router stopped")
+
+    async def reload(self, registry: VariantRegistry) -> int:
+        """Serves ``registry`` from now on, without failing or dropping a request.
+
+        The new lanes are built and warmed up off to the side (executors built in worker
+        threads, each warm-up forward taking the device gate like a batch), then swapped in with
+        no ``await`` in between: a request routed before the swap is already queued on an old
+        lane, one routed after it sees only the new registry and lanes. The old lanes then stop
+        taking requests and serve the ones queued on them (bounded by ``shutdown_timeout_s``)
+        before this returns. If building fails, nothing changes.
+
+        Args:
+            registry (VariantRegistry): the new set to serve (device of the current one).
+
+        Returns:
+            int: the new generation (1 after :meth:`start`, +1 per reload).
+
+        Raises:
+            OverloadedError: the router is not started or is shutting down.
+            Exception: whatever building or warming up a variant raised; the old set stays.
+        """
+        if not self.started or self.stopping:
+            raise OverloadedError("the server is starting or shutting down; reload later")
+        lanes = await self._build_lanes(registry)
+        if self.stopping:
+            await self._discard(lanes)
+            raise OverloadedError("the server is shutting down; reload abandoned")
+        # -- the swap: no await from here until the old lanes are handed to the drain ----------
+        old = self._lanes
+        self._go_live(lanes)
+        self.registry, self._lanes = registry, lanes
+        self.generation += 1
+        self.metrics.generation.set(self.generation)
+        self._last = {d: v for d, v in self._last.items() if (d, v) in lanes}
+        self._admitted.clear()
+        for dataset, variant in old.keys() - lanes.keys():
+            self.metrics.untrack_drift(dataset, variant)
+        retired = list(old.values())
+        self._draining.extend(retired)
+        drain = asyncio.ensure_future(self._drain(retired))
+        self._drains.add(drain)
+        drain.add_done_callback(self._drains.discard)
+        # Shielded: a reload whose caller goes away still finishes draining the old lanes.
+        await asyncio.shield(drain)
+        return self.generation
+
+    async def _build_lanes(self, registry: VariantRegistry) -> dict[tuple[str, str], Lane]:
+        """Every variant's executor and batcher (not started), warmed up when configured."""
+        lanes: dict[tuple[str, str], Lane] = {}
+        try:
+            for ds in registry.datasets.values():
+                for v in ds.variants.values():
+                    try:
+                        handler = await asyncio.to_thread(self._factory, ds, v)
+                    except Exception as exc:
+                        exc.add_note(f"while building variant {ds.name}/{v.variant_id}")
+                        raise
+                    lanes[(ds.name, v.variant_id)] = Lane(
+                        ds,
+                        v,
+                        handler,
+                        self.settings,
+                        self.metrics,
+                        speed=self.speed,
+                        gate=self._gate,
+                    )
+            if self.settings.warmup:
+                for (ds_name, v_id), lane in lanes.items():
+                    warm = [ExecRequest(torch.zeros(1, dtype=torch.long), proba=True)]
+                    try:
+                        async with self._gate or contextlib.nullcontext():
+                            await asyncio.to_thread(lane.handler, warm)
+                    except Exception as exc:
+                        exc.add_note(f"while warming up variant {ds_name}/{v_id}")
+                        raise
+        except Exception:
+            await self._discard(lanes)
+            raise
+        return lanes
+
+    def _go_live(self, lanes: dict[tuple[str, str], Lane]) -> None:
+        for (dataset, variant), lane in lanes.items():
+            self.metrics.track_drift(dataset, variant, lane.drift)
+            lane.batcher.start()
+
+    async def _discard(self, lanes: dict[tuple[str, str], Lane]) -> None:
+        """Releases lanes that never went live (their batchers have no task to drain)."""
+        for lane in lanes.values():
+            await lane.batcher.stop(0.0)
+
+    async def _drain(self, lanes: list[Lane]) -> None:
+        try:
+            await asyncio.gather(
+                *(lane.batcher.stop(self.settings.shutdown_timeout_s) for lane in lanes)
+            )
+        finally:
+            self._draining = [lane for lane in self._draining if lane not in lanes]
 
     # -- load and selection ----------------------------------------------------------------------
 
@@ -346,6 +447,8 @@ class Router:
         """
         now = time.monotonic()
         ahead, waiting, running = 0.0, 0, 0
+        for lane in self._draining:  # only during a reload: the last batches of the old lanes
+            ahead += lane.running_ms(now) + lane.queued_ms()
         for (name, _), lane in self._lanes.items():
             ahead += lane.running_ms(now)
             if name == dataset.name:
@@ -465,7 +568,15 @@ class Router:
         variant, selection = self.select(
             dataset, num_nodes, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned
         )
-        lane = self._lanes[(dataset.name, variant.variant_id)]
+        lane = self._lanes.get((dataset.name, variant.variant_id))
+        if lane is None or lane.dataset is not dataset:
+            # `dataset` is from a registry a reload has replaced: its caller awaited something
+            # between looking it up and calling this (the predict route never does).
+            raise OverloadedError(
+                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
+                "retry",
+                self.settings.retry_after_s,
+            )
         out = await lane.batcher.submit(ExecRequest(nodes, proba), num_nodes)
         times = out.value.times
         return Prediction(

@@ -17,6 +17,7 @@ __all__ = [
     "PredictRequest",
     "PredictResponse",
     "Readiness",
+    "ReloadResponse",
     "StageTiming",
     "VariantDetail",
     "VariantInfo",
@@ -151,4 +152,29 @@ class Readiness(BaseModel):
     not_routed: dict[str, str] = Field(
         description="`<dataset>/<variant>` loaded but never chosen by the router, with the reason."
     )
-    notes: list[str] = Field(description="Datasets or variants skipped at start-up, and why.")
+    notes: list[str] = Field(
+        description="Datasets or variants skipped at start-up (or the last reload), and why."
+    )
+
+
+class ReloadResponse(BaseModel):
+    """``POST /v1/admin/reload``: what a successful reload changed."""
+
+    generation: int = Field(
+        description="Generation served now: 1 at start, +1 per successful reload (also the "
+        "`gnnaas_registry_generation` metric)."
+    )
+    datasets: list[str] = Field(description="Datasets served now.")
+    variants: int = Field(description="Variants loaded now.")
+    datasets_added: list[str]
+    datasets_removed: list[str]
+    variants_added: int
+    variants_removed: int
+    variants_reprofiled: int = Field(
+        description="Variants kept whose profile (or whether they are routed) changed."
+    )
+    changes: dict[str, list[str]] = Field(
+        description="`added`, `removed` and `reprofiled`: the `<dataset>/<variant>` ids."
+    )
+    notes: list[str] = Field(description="What the new set skips, and why (as `/readyz`).")
+    duration_ms: float = Field(description="From the request to the previous set drained.")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -55,7 +55,10 @@ class Settings(BaseSettings):
             busy or small machine ``1`` avoids oversubscription. ``None`` keeps torch's default.
             (default: ``None``)
         warmup (bool): run one forward per variant before reporting ready. (default: ``True``)
-        shutdown_timeout_s (float): how long shutdown waits for accepted requests. (default: ``30``)
+        shutdown_timeout_s (float): how long shutdown waits for accepted requests; a reload waits
+            as long for the previous variants' queued requests. (default: ``30``)
+        admin_token (SecretStr, optional): bearer token of the admin endpoints
+            (``GNNAAS_ADMIN_TOKEN``); unset or empty, they answer 403. (default: ``None``)
     """
 
     model_config = SettingsConfigDict(env_prefix="GNNAAS_", extra="forbid", frozen=True)
@@ -83,6 +86,13 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
+    admin_token: SecretStr | None = None
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _blank_token_is_none(cls, value: object) -> object:
+        # An empty GNNAAS_ADMIN_TOKEN= means "not set", never "the empty token".
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _check_limits(self) -> Self:

@@ -205,7 +205,7 @@ def _generate_pruned(
                 rows.append(_skipped_row(repo.manifest(store.name, spec.variant_id)))
                 bar.update(1)
                 continue
-            if full_model is None and (order is None or warm_start):
+            if full_model is None:  # ranks and warm starts come from it
                 full_model = repo.load(store.name, full_spec.variant_id).model
             if order is None:
                 start = time.perf_counter()
@@ -218,7 +218,7 @@ def _generate_pruned(
                     time.perf_counter() - start,
                 )
             keep = order[: num_features // k].sort().values  # ascending ids: cache-friendly gather
-            init = warm_start_state(full_model, keep) if warm_start and full_model else None
+            init = warm_start_state(full_model, keep) if warm_start else None
             result = _train(store, spec, config, keep, device, init_state=init)
             _save(repo, store, spec, config, keep, result)
             rows.append(_trained_row(spec, keep.numel(), result))

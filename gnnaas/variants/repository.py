@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FULL_RANKING",
-    "USER_RANKING",
     "MANIFEST_FORMAT",
+    "USER_RANKING",
     "LoadedVariant",
     "Manifest",
     "VariantRepository",
@@ -48,15 +48,15 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 MANIFEST_FORMAT = 1
+"""Version of the manifest layout written by this code."""
 # Keys added after format 1 was written: a manifest without them has their default.
 _OPTIONAL_KEYS = ("family", "origin")
 _ORIGINS = ("trained", "user")
-"""Version of the manifest layout written by this code."""
 
 FULL_RANKING = "full"
+"""The ranking name of the 1× model, shared by every ranking (variant id ``<arch>-full-1x``)."""
 USER_RANKING = "user"
 """The ranking of a pruned variant the user trained on features they chose (``variants add``)."""
-"""The ranking name of the 1× model, shared by every ranking (variant id ``<arch>-full-1x``)."""
 
 _WEIGHTS = "weights.safetensors"
 _MANIFEST = "manifest.json"

@@ -1,5 +1,5 @@
 """HTTP routes, one module per resource."""
 
-from gnnaas.serving.routes import datasets, health, predict
+from gnnaas.serving.routes import admin, datasets, health, predict
 
-__all__ = ["datasets", "health", "predict"]
+__all__ = ["admin", "datasets", "health", "predict"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gnnaas.serving.deps import DatasetDep, RouterDep
+from gnnaas.serving.deps import DatasetDep, RouterDep, dataset_of
 from gnnaas.serving.policy import admitting_tolerances
 from gnnaas.serving.schemas import (
     DatasetInfo,
@@ -32,6 +32,8 @@ async def list_datasets(core: RouterDep) -> DatasetList:
 )
 async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
     """Lists a dataset's variants with their profiles and current load."""
+    if core.registry.get(dataset.name) is not dataset:  # a reload swapped the set meanwhile
+        dataset = dataset_of(core, dataset.name)
     snapshot = core.load_snapshot(dataset)  # the same object the policy decides on
     admitted_at = admitting_tolerances(dataset.candidates)
     details = []
