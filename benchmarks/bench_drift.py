@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import time
@@ -98,11 +99,18 @@ def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
                 "count": drift["count"],
                 "median_abs_rel_error": drift["median_abs_rel_error"],
                 "median_rel_error": drift["median_rel_error"],
+                "jitter": drift.get("jitter"),
                 "by_batch_nodes": drift["by_batch_nodes"],
                 "profile_threads": (v.get("profile") or {}).get("threads"),
             }
         )
     return {"dataset": dataset, "sizes": sizes, "rows": rows}
+
+
+def _worst_bias(row: dict[str, Any]) -> float:
+    """The median error of the batch size whose median is farthest off (signed)."""
+    medians = [b["median_rel_error"] for b in row["by_batch_nodes"].values()]
+    return max(medians, key=abs) if medians else math.nan
 
 
 def write_markdown(results: dict[str, Any], path: Path) -> None:
@@ -122,16 +130,22 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         f"the server's `/v1/datasets/{{d}}/variants` `drift` record. Target: median |error| ≤ "
         f"{TARGET:.0%} per variant.",
         "",
+        "*Jitter* is the median deviation of a batch from the median of the batches of the same "
+        "size and variant (the same server, the same minute): no curve indexed by batch size can "
+        "have a smaller median |error| than that. *Worst size bias* is the largest |median "
+        "error| over the batch sizes: how far the curve itself is off (the figure a curve "
+        "controls, and what the policy's choices depend on).",
+        "",
     ]
     for block in results["datasets"]:
         sizes = block["sizes"]
         lines += [
             f"## {block['dataset']}",
             "",
-            "| variant | batches | median abs error | "
+            "| variant | batches | median abs error | jitter | worst size bias | "
             + " | ".join(f"{s} nodes: pred / meas ms" for s in sizes)
             + " | ok |",
-            "|---|---:|---:|" + "---:|" * len(sizes) + "---|",
+            "|---|---:|---:|---:|---:|" + "---:|" * len(sizes) + "---|",
         ]
         for r in block["rows"]:
             cells = []
@@ -143,17 +157,26 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                     else f"{b['predicted_ms_median']:.2f} / {b['measured_ms_median']:.2f}"
                 )
             ok = r["median_abs_rel_error"] <= TARGET
+            jitter = r.get("jitter")
+            bias = _worst_bias(r)
             lines.append(
                 f"| {r['variant']} | {r['count']} | {r['median_abs_rel_error']:.1%} | "
+                + ("–" if jitter is None else f"{jitter:.1%}")
+                + f" | {bias:+.1%} | "
                 + " | ".join(cells)
                 + f" | {'yes' if ok else '**no**'} |"
             )
         errs = sorted(r["median_abs_rel_error"] for r in block["rows"])
         if errs:
+            biases = sorted(abs(_worst_bias(r)) for r in block["rows"])
+            jitters = sorted(r["jitter"] for r in block["rows"] if r.get("jitter") is not None)
             lines += [
                 "",
                 f"{sum(e <= TARGET for e in errs)} of {len(errs)} variants within {TARGET:.0%}; "
-                f"worst {errs[-1]:.1%}, median {errs[len(errs) // 2]:.1%}.",
+                f"worst {errs[-1]:.1%}, median {errs[len(errs) // 2]:.1%}. Jitter floor: median "
+                + (f"{jitters[len(jitters) // 2]:.1%}" if jitters else "–")
+                + f". Worst size bias within {TARGET:.0%}: {sum(b <= TARGET for b in biases)} "
+                f"of {len(biases)} (median {biases[len(biases) // 2]:.1%}).",
             ]
         lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)

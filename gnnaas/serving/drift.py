@@ -57,7 +57,7 @@ class DriftSample:
         return self.measured_ms / self.predicted_ms - 1.0
 
 
-def _stats(samples: Sequence[DriftSample]) -> dict[str, Any]:
+def _stats(samples: Sequence[DriftSample], jitter: float) -> dict[str, Any]:
     errors = [s.rel_error for s in samples]
     return {
         "count": len(samples),
@@ -65,7 +65,22 @@ def _stats(samples: Sequence[DriftSample]) -> dict[str, Any]:
         "median_rel_error": statistics.median(errors),
         "predicted_ms_median": statistics.median(s.predicted_ms for s in samples),
         "measured_ms_median": statistics.median(s.measured_ms for s in samples),
+        "jitter": jitter,
     }
+
+
+def _jitter(samples: Sequence[DriftSample]) -> float:
+    """Median ``|measured / median measured of its batch size - 1|``: the scatter of batches of
+    equal size, the floor of ``median_abs_rel_error`` for any curve indexed by batch size."""
+    by_size: dict[int, list[float]] = {}
+    for s in samples:
+        by_size.setdefault(s.batch_nodes, []).append(s.measured_ms)
+    devs = []
+    for times in by_size.values():
+        mid = statistics.median(times)
+        if mid > 0:
+            devs += [abs(t / mid - 1.0) for t in times]
+    return statistics.median(devs) if devs else math.nan
 
 
 class DriftRecord:
@@ -111,7 +126,9 @@ class DriftRecord:
         Returns:
             dict: ``count`` (kept batches), ``total`` (batches ever recorded),
             ``median_abs_rel_error``, ``median_rel_error``, ``predicted_ms_median``,
-            ``measured_ms_median`` (``None`` without batches) and ``by_batch_nodes``:
+            ``measured_ms_median``, ``jitter`` (the median deviation of a batch's measured time
+            from the median of batches of the same size: how far even a perfect curve would
+            be from single batches) (``None`` without batches) and ``by_batch_nodes``:
             ``{"<=B": {same keys but total}}`` for the buckets that saw batches.
         """
         samples = self.samples()
@@ -123,6 +140,7 @@ class DriftRecord:
                 "median_rel_error": None,
                 "predicted_ms_median": None,
                 "measured_ms_median": None,
+                "jitter": None,
                 "by_batch_nodes": {},
             }
         buckets: dict[int, list[DriftSample]] = {}
@@ -131,10 +149,12 @@ class DriftRecord:
             buckets.setdefault(DRIFT_BUCKETS[i], []).append(s)
         last = DRIFT_BUCKETS[-1]
         return {
-            **_stats(samples),
+            **_stats(samples, _jitter(samples)),
             "total": self.total,
             "by_batch_nodes": {
-                (f"<={b}" if b < last else f">{DRIFT_BUCKETS[-2]}"): _stats(buckets[b])
+                (f"<={b}" if b < last else f">{DRIFT_BUCKETS[-2]}"): _stats(
+                    buckets[b], _jitter(buckets[b])
+                )
                 for b in sorted(buckets)
             },
         }

@@ -77,3 +77,19 @@ async def test_lane_records_served_batches_and_metrics_show_them(
     assert rel in text
     assert f"gnnaas_batch_time_samples{{{labels}}} 3.0" in text
     assert 'gnnaas_batch_time_samples{dataset="toy",variant="sage-full-1x"} 0.0' in text
+
+
+def test_jitter_is_the_scatter_of_equal_sizes_whatever_the_curve() -> None:
+    record = DriftRecord()
+    for measured in (9.0, 10.0, 11.0, 10.0, 10.0):  # size 4: median 10, deviations 0.1,0,0.1,0,0
+        record.add(4, predicted_ms=20.0, measured_ms=measured)  # a curve 2x off
+    for measured in (1.0, 1.0, 1.5):  # size 64: median 1, deviations 0, 0, 0.5
+        record.add(64, predicted_ms=1.0, measured_ms=measured)
+    s = record.summary()
+    assert s["jitter"] == pytest.approx(0.0)  # median of [.1, 0, .1, 0, 0, 0, 0, .5]
+    assert s["by_batch_nodes"]["<=4"]["jitter"] == pytest.approx(0.0)
+    assert s["by_batch_nodes"]["<=4"]["median_abs_rel_error"] == pytest.approx(0.5)
+    assert s["by_batch_nodes"]["<=64"]["jitter"] == pytest.approx(0.0)
+    record.add(64, predicted_ms=1.0, measured_ms=2.0)  # 1, 1, 1.5, 2: median 1.25
+    assert record.summary()["by_batch_nodes"]["<=64"]["jitter"] == pytest.approx(0.2)
+    assert DriftRecord().summary()["jitter"] is None
