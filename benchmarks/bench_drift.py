@@ -24,6 +24,7 @@ import asyncio
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -107,10 +108,17 @@ def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
     return {"dataset": dataset, "sizes": sizes, "rows": rows}
 
 
-def _worst_bias(row: dict[str, Any]) -> float:
-    """The median error of the batch size whose median is farthest off (signed)."""
-    medians = [b["median_rel_error"] for b in row["by_batch_nodes"].values()]
+def _worst_bias(row: dict[str, Any], factor: float = 1.0) -> float:
+    """The median error of the batch size whose median is farthest off (signed), with the
+    measured times divided by ``factor``."""
+    medians = [(1 + b["median_rel_error"]) / factor - 1 for b in row["by_batch_nodes"].values()]
     return max(medians, key=abs) if medians else math.nan
+
+
+def _device_factor(rows: list[dict[str, Any]]) -> float:
+    """Median of measured / predicted over every variant and batch size of one dataset."""
+    ratios = [1 + b["median_rel_error"] for r in rows for b in r["by_batch_nodes"].values()]
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def write_markdown(results: dict[str, Any], path: Path) -> None:
@@ -134,7 +142,12 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "size and variant (the same server, the same minute): no curve indexed by batch size can "
         "have a smaller median |error| than that. *Worst size bias* is the largest |median "
         "error| over the batch sizes: how far the curve itself is off (the figure a curve "
-        "controls, and what the policy's choices depend on).",
+        "controls, and what the policy's choices depend on). *After the device factor*: the "
+        "same per-size medians divided by one factor for the whole machine (the median of "
+        "measured / predicted over every variant and size; the server's own `Speed` factor "
+        "plays this role): a VM whose speed moved between the profiling minute and this one "
+        "moves every curve alike, which this factor removes; what remains is the curves' error "
+        "relative to each other.",
         "",
     ]
     for block in results["datasets"]:
@@ -142,10 +155,14 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         lines += [
             f"## {block['dataset']}",
             "",
+            f"Device factor (measured / predicted, median over variants and sizes): "
+            f"{_device_factor(block['rows']):.3f}.",
+            "",
             "| variant | batches | median abs error | jitter | worst size bias | "
+            "worst size bias after the device factor | "
             + " | ".join(f"{s} nodes: pred / meas ms" for s in sizes)
             + " | ok |",
-            "|---|---:|---:|---:|---:|" + "---:|" * len(sizes) + "---|",
+            "|---|---:|---:|---:|---:|---:|" + "---:|" * len(sizes) + "---|",
         ]
         for r in block["rows"]:
             cells = []
@@ -159,16 +176,19 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             ok = r["median_abs_rel_error"] <= TARGET
             jitter = r.get("jitter")
             bias = _worst_bias(r)
+            factor = _device_factor(block["rows"])
             lines.append(
                 f"| {r['variant']} | {r['count']} | {r['median_abs_rel_error']:.1%} | "
                 + ("–" if jitter is None else f"{jitter:.1%}")
-                + f" | {bias:+.1%} | "
+                + f" | {bias:+.1%} | {_worst_bias(r, factor):+.1%} | "
                 + " | ".join(cells)
                 + f" | {'yes' if ok else '**no**'} |"
             )
         errs = sorted(r["median_abs_rel_error"] for r in block["rows"])
         if errs:
             biases = sorted(abs(_worst_bias(r)) for r in block["rows"])
+            factor = _device_factor(block["rows"])
+            relative = sorted(abs(_worst_bias(r, factor)) for r in block["rows"])
             jitters = sorted(r["jitter"] for r in block["rows"] if r.get("jitter") is not None)
             lines += [
                 "",
@@ -176,7 +196,9 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                 f"worst {errs[-1]:.1%}, median {errs[len(errs) // 2]:.1%}. Jitter floor: median "
                 + (f"{jitters[len(jitters) // 2]:.1%}" if jitters else "–")
                 + f". Worst size bias within {TARGET:.0%}: {sum(b <= TARGET for b in biases)} "
-                f"of {len(biases)} (median {biases[len(biases) // 2]:.1%}).",
+                f"of {len(biases)} (median {biases[len(biases) // 2]:.1%}); after the device "
+                f"factor {sum(b <= TARGET for b in relative)} of {len(relative)} (median "
+                f"{relative[len(relative) // 2]:.1%}).",
             ]
         lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
