@@ -31,9 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from gnnaas.sampling import fastpath
 from gnnaas.sampling.neighbor import NeighborSampler
 from gnnaas.sampling.subgraph import Block, SampledSubgraph
 
@@ -43,6 +45,9 @@ _MODES = ("depth", "shared")
 
 # Distinct, fixed keys per depth; depth d of seed s draws with seed s + d * _DEPTH_STRIDE.
 _DEPTH_STRIDE = 1_000_003
+# Batches of at most this many seeds take the compiled path when it is available (CPU graphs):
+# below it per-call overhead dominates the torch path; above it vectorized torch is as fast.
+FAST_PATH_MAX_SEEDS = 64
 
 
 class DepthSampler:
@@ -56,7 +61,13 @@ class DepthSampler:
     """
 
     def __init__(
-        self, rowptr: Tensor, col: Tensor, fanouts: Sequence[int], *, seed: int = 0
+        self,
+        rowptr: Tensor,
+        col: Tensor,
+        fanouts: Sequence[int],
+        *,
+        seed: int = 0,
+        fast_path: bool = True,
     ) -> None:
         self.fanouts = tuple(int(f) for f in fanouts)
         self.seed = seed
@@ -64,6 +75,15 @@ class DepthSampler:
             NeighborSampler(rowptr, col, (k,), consistent=True, seed=seed + d * _DEPTH_STRIDE)
             for d, k in enumerate(self.fanouts)
         ]
+        self._fast = None
+        if fast_path and rowptr.device.type == "cpu" and fastpath.available():
+            self._fast = (
+                rowptr.contiguous().numpy(),
+                col.contiguous().numpy(),
+                np.asarray(self.fanouts, dtype=np.int64),
+                np.asarray([hop._keys[0] for hop in self._hops], dtype=np.uint64),
+                fastpath._Maps(rowptr.numel() - 1),
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(fanouts={self.fanouts}, seed={self.seed})"
@@ -72,7 +92,15 @@ class DepthSampler:
         """Samples the depth-separated k-hop neighborhood of unique ``seeds``.
 
         ``generator`` is accepted for interface compatibility and ignored (draws are hashed).
+        Up to :data:`FAST_PATH_MAX_SEEDS` seeds on a CPU graph, a compiled kernel samples the
+        same tree (:mod:`gnnaas.sampling.fastpath`) when numba is installed.
         """
+        if self._fast is not None and seeds.numel() <= FAST_PATH_MAX_SEEDS:
+            seeds = self._hops[0]._check_seeds(seeds)
+            rowptr, col, fanouts, keys, maps = self._fast
+            sub = fastpath.sample_depth_numba(rowptr, col, seeds, fanouts, keys, maps)
+            if sub is not None:
+                return sub
         levels = [seeds]  # global ids of the rows of each depth
         edges: list[tuple[Tensor, Tensor]] = []  # (src row in depth d + 1, dst row in depth d)
         for hop in self._hops:
