@@ -9,12 +9,14 @@ sampled tree is the same set of (node, depth) rows and edges whichever path serv
 Only the order of rows within a depth (first seen here, frontier first there) and of a target's
 edges may differ, which changes nothing but floating-point summation order.
 
-numba is optional: without it (or for large batches) the torch path runs. The first call compiles
+numba is optional: without it (or for large batches, or with ``GNNAAS_FAST_SAMPLER=0``) the
+torch path runs. The first call compiles
 the kernel (about a second; cached on disk by numba when the package folder is writable).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -39,8 +41,9 @@ _C2 = 0xC2B2AE35
 
 
 def available() -> bool:
-    """Whether numba is installed (the fast path can run)."""
-    return _HAVE_NUMBA
+    """Whether the fast path can run: numba is installed and ``GNNAAS_FAST_SAMPLER`` is not
+    ``0`` (the switch benchmarks use to compare both paths)."""
+    return _HAVE_NUMBA and os.environ.get("GNNAAS_FAST_SAMPLER", "1") != "0"
 
 
 if _HAVE_NUMBA:

@@ -1,0 +1,220 @@
+"""The latency floor: one node per request, each stage, before and after the compiled sampler.
+
+Three parts, each with the torch-only sampler ("before", ``GNNAAS_FAST_SAMPLER=0``) and the
+compiled small-batch sampler ("after", :mod:`gnnaas.sampling.fastpath`) side by side in one run:
+
+1. **Sampling** of 1, 8 and 64 seeds (and 1,024 for the large-batch path) with the serving
+   sampler, fanouts (25, 10), median of many calls, one torch thread.
+2. **Forward** of the 8× and 1× variants for 1 and 64 seeds (the sampled blocks built once).
+3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned, sequential single-node
+   requests (closed loop, one client, the same driver as ``bench_policy.py``), client p50/p99
+   and the server's ``Server-Timing`` stages, next to ``benchmarks/trivial_app.py`` (the FastAPI +
+   uvicorn ceiling with the same request shape) served the same way.
+
+Uses the variants and profiles of ``bench_policy.py``/``bench_drift.py`` in ``--workdir``.
+
+Example:
+    python benchmarks/bench_latency.py --dataset synth-flickr@0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_router import machine_info, make_bodies, serve_cmd, test_nodes, trivial_cmd  # noqa: E402
+from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+
+PATHS = {"before (torch sampler)": "0", "after (compiled sampler)": "1"}
+
+
+def _median_ms(fn: Any, calls: int) -> float:
+    for _ in range(min(5, calls)):
+        fn()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def micro(dataset: str, variants_dir: Path, ids: list[str], calls: int) -> dict[str, Any]:
+    """Sampling and forward medians (ms), in a child process per path (the switch is read at
+    sampler construction)."""
+    out: dict[str, Any] = {}
+    for label, flag in PATHS.items():
+        code = (
+            "import json, sys; sys.path.insert(0, 'benchmarks'); import bench_latency as b; "
+            f"print(json.dumps(b._micro_child({dataset!r}, {str(variants_dir)!r}, {ids!r}, "
+            f"{calls})))"
+        )
+        env = {**os.environ, "GNNAAS_FAST_SAMPLER": flag}
+        res = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        out[label] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) -> dict[str, Any]:
+    from gnnaas.data import load_dataset
+    from gnnaas.sampling import serving_sampler
+    from gnnaas.variants.repository import VariantRepository
+
+    torch.set_num_threads(1)
+    store = load_dataset(dataset)
+    sampler = serving_sampler(store.rowptr, store.col, (25, 10))
+    g = torch.Generator().manual_seed(0)
+    seed_sets = {b: torch.randperm(store.num_nodes, generator=g)[:b] for b in (1, 8, 64, 1024)}
+    sampling = {
+        str(b): _median_ms(lambda s=s: sampler.sample(s), calls if b < 1024 else calls // 10)
+        for b, s in seed_sets.items()
+    }
+    repo = VariantRepository(variants_dir)
+    forward: dict[str, float] = {}
+    for vid in ids:
+        loaded = repo.load(store.name, vid)
+        x_all = store.feature_subset(torch.tensor(loaded.manifest.kept_features))
+        for b in (1, 64):
+            sub = sampler.sample(seed_sets[b])
+            x = x_all[sub.n_id]
+
+            def run(model: Any = loaded.model, x: Any = x, blocks: Any = sub.blocks) -> None:
+                with torch.inference_mode():
+                    model(x, blocks)
+
+            forward[f"{vid} {b}"] = _median_ms(run, calls)
+    return {"sampling": sampling, "forward": forward}
+
+
+def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str, dict[str, float]]:
+    """Sequential single-node requests: gnnaas (each sampler path) and the trivial endpoint."""
+    nodes = test_nodes(dataset, workdir)
+    bodies = make_bodies(nodes, 1, 512, seed=1)
+    spec = StepSpec(rate_rps=0.0, duration_s=60.0, max_requests=count, concurrency=1)
+    out: dict[str, dict[str, float]] = {}
+    servers = [("trivial FastAPI endpoint", "trivial", {}, {})]
+    for label, flag in PATHS.items():
+        env = {"GNNAAS_FAST_SAMPLER": flag, "GNNAAS_TORCH_THREADS": "1"}
+        servers.append((f"gnnaas, {label}", "gnnaas", env, {"X-Variant": variant}))
+    for label, kind, env, headers in servers:
+        port = free_port()
+        if kind == "trivial":
+            argv = trivial_cmd(port)
+        else:
+            argv = serve_cmd(dataset, workdir / "variants", workdir / "profiles", port, "cpu")
+        log = workdir / f"latency-{port}.log"
+        with ServerProcess(argv, port, log, env=env) as server:
+            url = f"{server.base_url}/v1/datasets/{dataset}/predict"
+            asyncio.run(
+                run_closed(
+                    url,
+                    bodies,
+                    headers,
+                    StepSpec(rate_rps=0.0, duration_s=2.0, max_requests=200, concurrency=1),
+                )
+            )
+            result = asyncio.run(run_closed(url, bodies, headers, spec))
+        stages: dict[str, list[float]] = {}
+        for t in result.timings():
+            for k, v in t.items():
+                stages.setdefault(k, []).append(v)
+        out[label] = {
+            "requests": float(result.ok.sum()),
+            "client_p50_ms": result.percentile(50),
+            "client_p99_ms": result.percentile(99),
+            **{f"server_{k}_p50_ms": statistics.median(v) for k, v in stages.items()},
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synth-flickr@0.2")
+    parser.add_argument("--workdir", default=".cache/bench")
+    parser.add_argument("--variants", nargs=2, default=["sage-greedy-8x", "sage-full-1x"])
+    parser.add_argument("--calls", type=int, default=300, help="micro-benchmark calls")
+    parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latency.md"))
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir)
+    t0 = time.monotonic()
+    m = micro(args.dataset, workdir / "variants", args.variants, args.calls)
+    r = requests(args.dataset, workdir, args.variants[0], args.requests)
+    mach = machine_info()
+    labels = list(PATHS)
+    lines = [
+        f"# The latency floor ({args.dataset})",
+        "",
+        f"Machine: {mach['cpu']}, {mach['cores']} cores, torch {mach['torch']}, no GPU; one torch "
+        "thread; client and server on the same machine. Command: `python "
+        "benchmarks/bench_latency.py " + " ".join(sys.argv[1:] if argv is None else argv) + "`.",
+        "",
+        "## Sampling (serving sampler, fanouts (25, 10)), median ms",
+        "",
+        "| seeds | " + " | ".join(labels) + " |",
+        "|---:|" + "---:|" * len(labels),
+    ]
+    for b in ("1", "8", "64", "1024"):
+        lines.append(f"| {b} | " + " | ".join(f"{m[k]['sampling'][b]:.3f}" for k in labels) + " |")
+    lines += [
+        "",
+        "## Forward of a sampled batch, median ms",
+        "",
+        "| variant, seeds | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(labels),
+    ]
+    for key in m[labels[0]]["forward"]:
+        lines.append(
+            f"| {key} | " + " | ".join(f"{m[k]['forward'][key]:.3f}" for k in labels) + " |"
+        )
+    lines += [
+        "",
+        f"## Sequential single-node requests ({args.variants[0]} pinned), ms",
+        "",
+        "| server | requests | client p50 | client p99 | sample | gather | compute | queue |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, row in r.items():
+
+        def cell(key: str, row: dict[str, float] = row) -> str:
+            v = row.get(key)
+            return "–" if v is None or not np.isfinite(v) else f"{v:.3f}"
+
+        lines.append(
+            f"| {label} | {row['requests']:.0f} | {cell('client_p50_ms')} | "
+            f"{cell('client_p99_ms')} | {cell('server_sample_p50_ms')} | "
+            f"{cell('server_gather_p50_ms')} | {cell('server_compute_p50_ms')} | "
+            f"{cell('server_queue_p50_ms')} |"
+        )
+    trivial = r["trivial FastAPI endpoint"]["client_p50_ms"]
+    after = r[f"gnnaas, {labels[1]}"]["client_p50_ms"]
+    lines += [
+        "",
+        f"gnnaas after / trivial endpoint, client p50: {after / trivial:.2f}× "
+        f"({after:.3f} vs {trivial:.3f} ms). Run took {time.monotonic() - t0:.0f} s.",
+        "",
+    ]
+    text = "\n".join(lines)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
