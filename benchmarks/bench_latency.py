@@ -6,8 +6,10 @@ compiled small-batch sampler ("after", :mod:`gnnaas.sampling.fastpath`) side by 
 1. **Sampling** of 1, 8 and 64 seeds (and 1,024 for the large-batch path) with the serving
    sampler, fanouts (25, 10), median of many calls, one torch thread.
 2. **Forward** of the 8× and 1× variants for 1 and 64 seeds (the sampled blocks built once).
-3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned, sequential single-node
-   requests (closed loop, one client, the same driver as ``bench_policy.py``), client p50/p99
+3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned (torch sampler and
+   FastAPI route; compiled sampler; compiled sampler and the predict fast lane,
+   :mod:`gnnaas.serving.fastlane`), sequential single-node requests (closed loop, one client,
+   the same driver as ``bench_policy.py``), client p50/p99
    and the server's ``Server-Timing`` stages, next to ``benchmarks/trivial_app.py`` (the FastAPI +
    uvicorn ceiling with the same request shape) served the same way.
 
@@ -40,6 +42,12 @@ from bench_router import machine_info, make_bodies, serve_cmd, test_nodes, trivi
 from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
 
 PATHS = {"before (torch sampler)": "0", "after (compiled sampler)": "1"}
+# Request path: (label, GNNAAS_FAST_SAMPLER, GNNAAS_FAST_LANE).
+SERVERS = [
+    ("before: torch sampler, FastAPI route", "0", "0"),
+    ("compiled sampler, FastAPI route", "1", "0"),
+    ("after: compiled sampler, fast lane", "1", "1"),
+]
 
 
 def _median_ms(fn: Any, calls: int) -> float:
@@ -109,8 +117,9 @@ def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str,
     spec = StepSpec(rate_rps=0.0, duration_s=60.0, max_requests=count, concurrency=1)
     out: dict[str, dict[str, float]] = {}
     servers = [("trivial FastAPI endpoint", "trivial", {}, {})]
-    for label, flag in PATHS.items():
-        env = {"GNNAAS_FAST_SAMPLER": flag, "GNNAAS_TORCH_THREADS": "1"}
+    for label, sampler, lane in SERVERS:
+        env = {"GNNAAS_FAST_SAMPLER": sampler, "GNNAAS_FAST_LANE": lane}
+        env["GNNAAS_TORCH_THREADS"] = "1"
         servers.append((f"gnnaas, {label}", "gnnaas", env, {"X-Variant": variant}))
     for label, kind, env, headers in servers:
         port = free_port()
@@ -203,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{cell('server_queue_p50_ms')} |"
         )
     trivial = r["trivial FastAPI endpoint"]["client_p50_ms"]
-    after = r[f"gnnaas, {labels[1]}"]["client_p50_ms"]
+    after = r[f"gnnaas, {SERVERS[-1][0]}"]["client_p50_ms"]
     lines += [
         "",
         f"gnnaas after / trivial endpoint, client p50: {after / trivial:.2f}× "

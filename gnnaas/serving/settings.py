@@ -55,6 +55,9 @@ class Settings(BaseSettings):
             busy or small machine ``1`` avoids oversubscription. ``None`` keeps torch's default.
             (default: ``None``)
         warmup (bool): run one forward per variant before reporting ready. (default: ``True``)
+        fast_lane (bool): answer well-formed predict requests without FastAPI's per-request
+            machinery (:mod:`gnnaas.serving.fastlane`; errors still go through FastAPI).
+            (default: ``True``)
         shutdown_timeout_s (float): how long shutdown waits for accepted requests; a reload waits
             as long for the previous variants' queued requests. (default: ``30``)
         admin_token (SecretStr, optional): bearer token of the admin endpoints
@@ -85,6 +88,7 @@ class Settings(BaseSettings):
     tie_margin: float = Field(default=0.1, ge=0.0, le=10.0)
     torch_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True
+    fast_lane: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None
 

@@ -18,6 +18,8 @@ import orjson
 from fastapi import APIRouter, Header, HTTPException, Path, Request, Response
 
 from gnnaas.serving.deps import dataset_of, router_of
+from gnnaas.serving.registry import ServedDataset
+from gnnaas.serving.router import Router
 from gnnaas.serving.schemas import ErrorResponse, PredictRequest, PredictResponse
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "OFFLOAD_VALUES",
     "REQUEST_ID_KEY",
     "START_KEY",
+    "answer",
     "encode_payload",
     "router",
 ]
@@ -194,15 +197,43 @@ async def predict(
         )
 
     # Unexpected errors propagate: the app logs them with the request id and answers 500.
-    out = await core.predict(
+    content, headers = await answer(
+        core,
         served,
         nodes,
         proba=body.return_ == "proba",
         tolerance=tolerance,  # None: 0, or unbounded with an SLO alone
         slo_ms=slo_ms,
         pinned=x_variant,
+        start=start,
     )
+    return Response(content, media_type="application/json", headers=headers)
 
+
+async def answer(
+    core: Router,
+    served: ServedDataset,
+    nodes: list[int],
+    *,
+    proba: bool,
+    tolerance: float | None,
+    slo_ms: float | None,
+    pinned: str | None,
+    start: float,
+) -> tuple[bytes, dict[str, str]]:
+    """Serves validated node ids and builds the response: the JSON body and its headers.
+
+    The one place a predict answer is made, for the route above and for the app's fast lane
+    (:mod:`gnnaas.serving.fastlane`), so both answer byte for byte alike.
+
+    Raises:
+        NotFoundError: unknown pinned variant.
+        OverloadedError: the chosen variant's queue is full, or the router is stopping.
+    """
+    metrics = core.metrics
+    out = await core.predict(
+        served, nodes, proba=proba, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned
+    )
     variant_id = out.variant.variant_id
     total_ms = (time.perf_counter() - start) * 1e3
     metrics.served(
@@ -236,8 +267,4 @@ async def predict(
         content = await anyio.to_thread.run_sync(encode_payload, payload)
     else:
         content = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
-    return Response(
-        content,
-        media_type="application/json",
-        headers={"X-Variant": variant_id, "Server-Timing": server_timing},
-    )
+    return content, {"X-Variant": variant_id, "Server-Timing": server_timing}
