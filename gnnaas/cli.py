@@ -308,7 +308,13 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     )
     for variant_id, reason in result.skipped:
         print(f"skipped {variant_id}: {reason}")
-    print(f"profiled {result.num_profiled} variants -> {result.path}")
+    if args.only:
+        print(
+            f"timed {len(args.only)} variant(s), re-scored {result.num_profiled} for the paired "
+            f"intervals -> {result.path}"
+        )
+    else:
+        print(f"profiled {result.num_profiled} variants -> {result.path}")
     return 0
 
 

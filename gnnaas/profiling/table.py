@@ -164,7 +164,8 @@ def _read(
     bools: set[str] | None = None,
 ) -> pd.DataFrame:
     path = _resolve(path_or_dir, filename)
-    hint = "run `gnnaas profile --dataset NAME` to (re)create it"
+    # profiles/<dataset>/<file>: the folder names the dataset
+    hint = f"run `gnnaas profile --dataset {path.parent.name}` to (re)create it"
     if not path.is_file():
         raise ArtifactError(f"{path} not found; {hint}")
     try:

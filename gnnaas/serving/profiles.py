@@ -161,7 +161,7 @@ def profile_of(
     With ``sampling``/``sampler_seed`` (the server's serving sampler), a service curve measured
     with another sampler is refused: its times and answers are those of another pipeline.
     """
-    hint = "run `gnnaas profile` for this dataset"
+    hint = f"run `gnnaas profile --dataset <dataset> --only {variant_id}` (or profile them all)"
     for point in curves.get(variant_id, []):
         measured_with = (point.get("sampling"), point.get("sampler_seed"))
         if sampling is not None and measured_with != (sampling, sampler_seed):

@@ -308,9 +308,16 @@ class VariantRegistry:
 
         device = resolve_device(settings.device)
         variants_dir, profiles_dir = Path(settings.variants_dir), Path(settings.profiles_dir)
-        prepare = "run `gnnaas prepare --dataset synth-small` (or generate and profile) first"
+        prepare = (
+            "pass --variants/--profiles (or GNNAAS_VARIANTS_DIR/GNNAAS_PROFILES_DIR) where "
+            "`gnnaas generate` and `gnnaas profile` wrote them (relative paths are taken from the "
+            "current directory), or create them with `gnnaas prepare --dataset <name>`"
+        )
         if not variants_dir.is_dir():
-            raise ConfigError(f"variants folder '{variants_dir}' does not exist; {prepare}")
+            raise ConfigError(
+                f"variants folder '{variants_dir}' ({variants_dir.resolve()}) does not exist; "
+                f"{prepare}"
+            )
         repo = VariantRepository(variants_dir)
         explicit = settings.datasets is not None
         names = settings.datasets or sorted(

@@ -251,19 +251,22 @@ def import_master(
 
     config = read_model_config(model_config)
     source = f"weights {str(weights)!r}"
-    if config.in_channels != store.num_features:
-        raise ConfigError(
-            f"the model reads {config.in_channels} features but dataset '{store.name}' has "
-            f"{store.num_features}"
-        )
-    if config.out_channels != store.num_classes:
-        raise ConfigError(
-            f"the model predicts {config.out_channels} classes but dataset '{store.name}' has "
-            f"{store.num_classes}"
-        )
+    # The weights against their config first (names the key and both shapes), then the pair
+    # against the graph.
     state = read_state_dict(weights)
     model = config.build()
     check_state_dict(model, state, source)
+    if config.in_channels != store.num_features:
+        raise ConfigError(
+            f"model config {str(model_config)!r}: in_channels={config.in_channels} (and the "
+            f"weights agree), but dataset '{store.name}' has {store.num_features} features; a "
+            "master model reads every feature"
+        )
+    if config.out_channels != store.num_classes:
+        raise ConfigError(
+            f"model config {str(model_config)!r}: out_channels={config.out_channels} (and the "
+            f"weights agree), but dataset '{store.name}' has {store.num_classes} classes"
+        )
     fanouts = _fanouts(fanouts, config.num_layers)
     model.load_state_dict(state, strict=True)
     model.eval()
@@ -412,15 +415,19 @@ def add_user_variant(
             "the variant keeps every feature: that is a master model; use "
             "`gnnaas generate --from-model` for it"
         )
+    state = read_state_dict(weights)
+    model = config.build()
+    check_state_dict(model, state, f"weights {str(weights)!r}")
     if config.in_channels != keep.numel():
         raise ConfigError(
-            f"the model reads {config.in_channels} features but --kept-features lists "
-            f"{keep.numel()}"
+            f"model config {str(model_config)!r}: in_channels={config.in_channels} (and the "
+            f"weights agree), but --kept-features lists {keep.numel()} columns; the model must "
+            "read exactly the kept columns"
         )
     if config.out_channels != store.num_classes:
         raise ConfigError(
-            f"the model predicts {config.out_channels} classes but dataset '{store.name}' has "
-            f"{store.num_classes}"
+            f"model config {str(model_config)!r}: out_channels={config.out_channels} (and the "
+            f"weights agree), but dataset '{store.name}' has {store.num_classes} classes"
         )
     fanouts = _fanouts(fanouts, config.num_layers)
     prune = max(2, round(store.num_features / keep.numel()))
@@ -429,9 +436,6 @@ def add_user_variant(
         raise ConfigError(
             f"variant {spec.variant_id} of {store.name} exists; pass --force to replace it"
         )
-    state = read_state_dict(weights)
-    model = config.build()
-    check_state_dict(model, state, f"weights {str(weights)!r}")
     model.load_state_dict(state, strict=True)
     order = torch.argsort(keep)
     keep = keep[order]

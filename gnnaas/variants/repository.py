@@ -481,6 +481,13 @@ class VariantRepository:
     def _read_checked_weights(self, manifest: Manifest) -> bytes:
         path = self.path(manifest.dataset, manifest.variant_id) / _WEIGHTS
         regen = f"regenerate with `gnnaas generate --dataset {manifest.dataset} --force`"
+        if manifest.origin == "user":  # gnnaas cannot retrain what the user brought
+            regen = (
+                f"add it again with `gnnaas variants add --dataset {manifest.dataset} ... --force`"
+                if manifest.prune > 1
+                else f"bring it again with `gnnaas generate --dataset {manifest.dataset} "
+                "--from-model ... --model-config ...`"
+            )
         try:
             data = path.read_bytes()
         except FileNotFoundError:

@@ -68,7 +68,8 @@ def test_variant_without_profile_is_loaded_but_not_routed(
     ds = registry.datasets["tiny"]
     assert [c.variant_id for c in ds.candidates] == ["sage-full-1x"]
     assert registry.not_routed() == {
-        "tiny/sage-random-4x": "no 'val' row in profiles.csv; run `gnnaas profile` for this dataset"
+        "tiny/sage-random-4x": "no 'val' row in profiles.csv; run `gnnaas profile --dataset "
+        "<dataset> --only sage-random-4x` (or profile them all)"
     }
 
 
@@ -90,7 +91,7 @@ def test_datasets_without_profiles_are_skipped_unless_asked_for(
 
 
 def test_nothing_to_serve_is_a_config_error(tmp_path: Path, stores: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError, match="variants folder .* does not exist; run `gnnaas prepare"):
+    with pytest.raises(ConfigError, match="variants folder .* does not exist; pass --variants"):
         VariantRegistry.load(_settings(tmp_path))
     (tmp_path / "variants").mkdir()
     with pytest.raises(ConfigError, match="nothing to serve"):

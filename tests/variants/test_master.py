@@ -114,12 +114,21 @@ def test_a_model_that_does_not_fit_is_refused_and_nothing_written(
         assert repo.list(small_store.name) == []
 
     fields = {"class": "GraphSAGE", "hidden_channels": 16, "num_layers": 2}
+    # Weights and config agree, but not with the graph.
+    wide = tmp_path / "wide.safetensors"
+    save_file(GraphSAGE(f + 1, 16, num_layers=2, out_channels=c).state_dict(), str(wide))
     refused(
-        f"the model reads {f + 1} features but dataset '{small_store.name}' has {f}",
+        f"in_channels={f + 1} (and the weights agree), but dataset '{small_store.name}' has {f} "
+        "features",
+        w=wide,
         cfg=_config(tmp_path / "wide.json", **fields, in_channels=f + 1, out_channels=c),
     )
+    more = tmp_path / "more.safetensors"
+    save_file(GraphSAGE(f, 16, num_layers=2, out_channels=c + 1).state_dict(), str(more))
     refused(
-        f"the model predicts {c + 1} classes",
+        f"out_channels={c + 1} (and the weights agree), but dataset '{small_store.name}' has {c} "
+        "classes",
+        w=more,
         cfg=_config(tmp_path / "cls.json", **fields, in_channels=f, out_channels=c + 1),
     )
     # A config that disagrees with the weights: the key or shape is named.
@@ -305,6 +314,6 @@ def test_a_user_trained_variant_is_added_with_its_columns_in_order(
     refused(json.dumps([0, f]), f"[1] = {f} is outside [0, {f})")
     refused(json.dumps([1, 1]), "column 1 is listed twice")
     refused(json.dumps([[0, 1]]), "must be a non-empty flat list of integer column ids")
-    refused(json.dumps([0, 1, 2]), f"the model reads {len(kept)} features but --kept-features")
+    refused(json.dumps([0, 1, 2]), f"in_channels={len(kept)} (and the weights agree), but --kept")
     refused(json.dumps(list(range(f))), "keeps every feature: that is a master model")
     assert [m.variant_id for m in repo.list(small_store.name)] == [manifest.variant_id]
