@@ -16,8 +16,9 @@ Each policy is measured by closed-loop steps at rising concurrency (``--concurre
 stops after two steps in a row over the bound. Closed loop,
 not open loop: a step's throughput is a mean over thousands of answers, so one noisy step moves it
 by a few percent instead of ending a series. Policies are interleaved at every concurrency level
-(all policies run their step at one level, in a rotating order, before any moves on), so compared
-steps ran seconds apart and a drift of the machine hits all of them alike; the whole set is
+(all policies run their step at one level before any moves on, each step cut into ``--slices``
+slices run round-robin over the policies in a rotating order), so the compared measurements are
+spread over the same seconds and a drift of the machine hits all of them alike; the whole set is
 repeated ``--repeats`` times, and the tables give the median and the spread (min–max).
 
 The rule checked (``--check``, as ``make bench`` does): for every request size, tolerance and
@@ -42,10 +43,13 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -63,7 +67,7 @@ from bench_router import (  # noqa: E402
     test_nodes,
     wait_idle,
 )
-from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+from loadgen import ServerProcess, StepResult, StepSpec, free_port, run_closed  # noqa: E402
 
 __all__ = ["main"]
 
@@ -134,25 +138,45 @@ def prerun_rates(
     return rates
 
 
-def run_step(
-    url: str, bodies: list[bytes], policy: Policy, concurrency: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    """One closed-loop step of ``policy`` at ``concurrency``."""
+def run_slice(
+    url: str,
+    bodies: list[bytes],
+    policy: Policy,
+    concurrency: int,
+    duration_s: float,
+    args: argparse.Namespace,
+    part: int,
+) -> StepResult:
+    """``duration_s`` of closed loop for ``policy`` at ``concurrency``."""
     spec = StepSpec(
         rate_rps=0.0,
-        duration_s=args.step_s,
+        duration_s=duration_s,
         max_requests=args.step_max_requests,
         concurrency=concurrency,
-        seed=concurrency,
+        seed=concurrency * 100 + part,
     )
-    result = asyncio.run(run_closed(url, bodies, policy.headers, spec))
+    return asyncio.run(run_closed(url, bodies, policy.headers, spec))
+
+
+def merge_slices(slices: Sequence[StepResult]) -> dict[str, Any]:
+    """One step's figures from its slices: answers over the slices' summed wall time, and
+    percentiles over all their requests together."""
+    ok = sum(int(r.ok.sum()) for r in slices)
+    wall = sum(r.wall_s for r in slices)
+    sent = sum(r.sent for r in slices)
+    status = np.concatenate([r.status for r in slices])
+    latency = np.concatenate([r.latency_ms[r.status != 503] for r in slices])
+    served: Counter[str] = Counter()
+    for r in slices:
+        served.update(r.variants_served())
     return {
-        "concurrency": concurrency,
-        "throughput_rps": result.throughput_rps,
-        "p50_ms": result.percentile(50),
-        "p99_ms": result.percentile(99),
-        "errors": result.error_share + result.rejected_share,
-        "variants": dict(result.variants_served()),
+        "concurrency": slices[0].spec.concurrency,
+        "slices": len(slices),
+        "throughput_rps": ok / wall if wall > 0 else 0.0,
+        "p50_ms": float(np.percentile(latency, 50, method="higher")) if latency.size else math.nan,
+        "p99_ms": float(np.percentile(latency, 99, method="higher")) if latency.size else math.nan,
+        "errors": float((status != 200).sum()) / max(sent, 1),
+        "variants": dict(served),
     }
 
 
@@ -167,17 +191,24 @@ def sustained_interleaved(
     """Every policy's closed-loop steps, interleaved *per concurrency level*.
 
     At each level every policy still in the race runs its step before any policy moves to the
-    next level, in an order rotated from level to level (and by ``rotate`` between repeats), so
-    the steps that are compared ran within seconds of each other: a drift of the machine or of
-    the client hits them alike. A policy stops after two steps in a row over the bound (more
-    clients would only queue longer). Its sustained rate is :func:`rate_at_bound` of its steps.
+    next level, and each step is cut into ``args.slices`` slices run round-robin over the policies
+    (in an order rotated from slice to slice, level to level and by ``rotate`` between repeats),
+    so the time a policy is measured is spread over the whole level: a slowdown of the machine or
+    of the client for a second or two hits every policy alike instead of one policy's step. A
+    policy stops after two steps in a row over the bound (more clients would only queue longer).
+    Its sustained rate is :func:`rate_at_bound` of its steps.
     """
     steps: dict[str, list[dict[str, Any]]] = {p.key: [] for p in policies}
     live = list(policies)
+    slice_s = args.step_s / args.slices
     for level, concurrency in enumerate(args.concurrency):
-        k = (level + rotate) % len(live) if live else 0
-        for pol in live[k:] + live[:k]:
-            steps[pol.key].append(run_step(url, bodies, pol, concurrency, args))
+        parts: dict[str, list[StepResult]] = {p.key: [] for p in live}
+        for part in range(args.slices):
+            k = (level + rotate + part) % len(live)
+            for pol in live[k:] + live[:k]:
+                parts[pol.key].append(run_slice(url, bodies, pol, concurrency, slice_s, args, part))
+        for pol in live:
+            steps[pol.key].append(merge_slices(parts[pol.key]))
         live = [
             p
             for p in live
@@ -391,7 +422,13 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
         + ", ".join(str(c) for c in results["args"]["concurrency"])
         + "."
         f" Median (min–max) of {results['args']['repeats']} repeats; policies interleaved at"
-        " every concurrency level.",
+        " every concurrency level"
+        + (
+            f", each step cut into {results['args']['slices']} slices run round-robin over the"
+            " policies."
+            if results["args"].get("slices", 1) > 1
+            else "."
+        ),
         "",
     ]
     o = results["overhead"]
@@ -485,6 +522,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--step-s", type=float, default=None, help="seconds per step")
     parser.add_argument("--step-max-requests", type=int, default=20_000)
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=4,
+        help="slices per step, run round-robin over the policies at each level (default: 4)",
+    )
     parser.add_argument(
         "--top-fixed",
         type=int,

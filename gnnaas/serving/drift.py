@@ -11,13 +11,19 @@ The relative error of a batch is ``measured / predicted - 1`` (positive: slower 
 Batches are also summarized per batch-size bucket (the service curve's sizes), because a curve can
 be right for small batches and wrong for large ones.
 
+Two predictions are kept per batch: the curve alone (``predicted_ms``), which shows whether the
+profile is right for this variant and size, and the time the router actually predicted when it
+chose (``predicted_ms`` × the device's one measured speed factor at that moment, ARCHITECTURE.md
+§5: one device-wide factor for machine load). A VM whose speed moved between the profiling minute
+and this one moves every curve alike; the factor removes that, not a curve of the wrong shape.
+
 Example:
     >>> record = DriftRecord(maxlen=8)
-    >>> record.add(4, predicted_ms=2.0, measured_ms=2.2)
+    >>> record.add(4, predicted_ms=2.0, measured_ms=2.2, factor=1.1)
     >>> record.add(64, predicted_ms=5.0, measured_ms=4.5)
     >>> s = record.summary()
-    >>> s["count"], round(s["median_abs_rel_error"], 3)
-    (2, 0.1)
+    >>> s["count"], round(s["median_abs_rel_error"], 3), round(s["median_abs_rel_error_scaled"], 3)
+    (2, 0.1, 0.05)
 """
 
 from __future__ import annotations
@@ -45,24 +51,36 @@ class DriftSample:
         batch_nodes (int): target nodes in the batch.
         predicted_ms (float): the profiled curve's time for it (no load factor applied).
         measured_ms (float): the handler's wall time.
+        factor (float, optional): the device's speed factor when the router predicted the batch
+            (its prediction was ``factor * predicted_ms``). (default: ``1.0``)
     """
 
     batch_nodes: int
     predicted_ms: float
     measured_ms: float
+    factor: float = 1.0
 
     @property
     def rel_error(self) -> float:
-        """``measured / predicted - 1``."""
+        """``measured / predicted - 1``: the curve alone."""
         return self.measured_ms / self.predicted_ms - 1.0
+
+    @property
+    def scaled_rel_error(self) -> float:
+        """``measured / (factor * predicted) - 1``: the router's prediction."""
+        return self.measured_ms / (self.factor * self.predicted_ms) - 1.0
 
 
 def _stats(samples: Sequence[DriftSample], jitter: float) -> dict[str, Any]:
     errors = [s.rel_error for s in samples]
+    scaled = [s.scaled_rel_error for s in samples]
     return {
         "count": len(samples),
         "median_abs_rel_error": statistics.median(abs(e) for e in errors),
         "median_rel_error": statistics.median(errors),
+        "median_abs_rel_error_scaled": statistics.median(abs(e) for e in scaled),
+        "median_rel_error_scaled": statistics.median(scaled),
+        "factor_median": statistics.median(s.factor for s in samples),
         "predicted_ms_median": statistics.median(s.predicted_ms for s in samples),
         "measured_ms_median": statistics.median(s.measured_ms for s in samples),
         "jitter": jitter,
@@ -105,14 +123,20 @@ class DriftRecord:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kept={len(self)}, total={self.total})"
 
-    def add(self, batch_nodes: int, *, predicted_ms: float, measured_ms: float) -> None:
-        """Records one batch; one with a non-positive or non-finite time is ignored."""
+    def add(
+        self, batch_nodes: int, *, predicted_ms: float, measured_ms: float, factor: float = 1.0
+    ) -> None:
+        """Records one batch; one with a non-positive or non-finite time or factor is ignored."""
         if not (math.isfinite(predicted_ms) and math.isfinite(measured_ms)):
             return
         if predicted_ms <= 0 or measured_ms < 0 or batch_nodes < 1:
             return
+        if not (math.isfinite(factor) and factor > 0):
+            return
         with self._lock:
-            self._samples.append(DriftSample(int(batch_nodes), predicted_ms, measured_ms))
+            self._samples.append(
+                DriftSample(int(batch_nodes), predicted_ms, measured_ms, float(factor))
+            )
             self.total += 1
 
     def samples(self) -> list[DriftSample]:
@@ -125,7 +149,10 @@ class DriftRecord:
 
         Returns:
             dict: ``count`` (kept batches), ``total`` (batches ever recorded),
-            ``median_abs_rel_error``, ``median_rel_error``, ``predicted_ms_median``,
+            ``median_abs_rel_error``, ``median_rel_error`` (the curve alone),
+            ``median_abs_rel_error_scaled``, ``median_rel_error_scaled`` (the router's
+            prediction: the curve times the device factor), ``factor_median``,
+            ``predicted_ms_median``,
             ``measured_ms_median``, ``jitter`` (the median deviation of a batch's measured time
             from the median of batches of the same size: how far even a perfect curve would
             be from single batches) (``None`` without batches) and ``by_batch_nodes``:
@@ -138,6 +165,9 @@ class DriftRecord:
                 "total": self.total,
                 "median_abs_rel_error": None,
                 "median_rel_error": None,
+                "median_abs_rel_error_scaled": None,
+                "median_rel_error_scaled": None,
+                "factor_median": None,
                 "predicted_ms_median": None,
                 "measured_ms_median": None,
                 "jitter": None,

@@ -163,7 +163,8 @@ class Lane:
     """One variant's executor and batcher, with the device's measured speed.
 
     Every served batch is also recorded as (batch nodes, time predicted by the variant's
-    unscaled profiled curve, measured time) in :attr:`drift` (a
+    unscaled profiled curve, measured time, the device factor the router scaled it by) in
+    :attr:`drift` (a
     :class:`~gnnaas.serving.drift.DriftRecord`, published by ``/metrics``), so a curve that is
     wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
     """
@@ -218,8 +219,9 @@ class Lane:
         # and from the thread is the router's overhead, not the variant's.
         measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
         measured_ms = measured_s * 1e3
+        factor = self.speed.factor  # the one the router predicted this batch with
         self.speed.observe(measured_ms, predicted_ms)
-        self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms)
+        self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms, factor=factor)
         self._metrics.batch_time(
             self.dataset.name,
             self.variant.variant_id,

@@ -34,6 +34,25 @@ def test_summary_overall_and_by_batch_size() -> None:
     assert by[">256"]["median_abs_rel_error"] == 0.0
 
 
+def test_the_routers_prediction_carries_the_device_factor() -> None:
+    record = DriftRecord()
+    # The machine runs 25% slower than profiled, alike for every size: the curve alone is 25%
+    # off, the router's prediction (curve x factor 1.25) is right.
+    for nodes, predicted in ((1, 2.0), (16, 4.0), (256, 20.0)):
+        record.add(nodes, predicted_ms=predicted, measured_ms=1.25 * predicted, factor=1.25)
+    s = record.summary()
+    assert s["median_abs_rel_error"] == pytest.approx(0.25)
+    assert s["median_abs_rel_error_scaled"] == pytest.approx(0.0)
+    assert s["factor_median"] == 1.25
+    # A curve of the wrong shape stays wrong with the factor: one size 2x slow.
+    record.add(16, predicted_ms=4.0, measured_ms=10.0, factor=1.25)
+    assert record.summary()["by_batch_nodes"]["<=16"]["median_rel_error_scaled"] == pytest.approx(
+        0.5
+    )
+    record.add(1, predicted_ms=1.0, measured_ms=1.0, factor=0.0)  # no usable factor
+    assert record.total == 4
+
+
 def test_record_is_bounded_and_skips_unusable_batches() -> None:
     record = DriftRecord(maxlen=3)
     for i in range(5):
@@ -66,6 +85,11 @@ async def test_lane_records_served_batches_and_metrics_show_them(
         # unscaled profiled curve {1: 2, 32: 4}: what the batches were predicted to take
         assert predicted == pytest.approx([2.0, 2.0 + 2.0 * 2 / 31, 4.0])
         assert summary["measured_ms_median"] > 0
+        # Each batch also keeps the device factor the router predicted it with: the factor
+        # before the batch, so the first batch of a fresh router was predicted at 1.0.
+        factors = [s.factor for s in lane.drift.samples()]
+        assert factors[0] == 1.0 and factors[1:] != [1.0, 1.0]
+        assert lane.speed.factor not in factors  # the last batch moved it again
         assert router.lane("toy", "sage-full-1x").drift_summary()["count"] == 0
         text = router.metrics.render().decode()
     finally:
