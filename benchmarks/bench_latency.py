@@ -1,17 +1,21 @@
-"""The latency floor: one node per request, each stage, before and after the compiled sampler.
+"""The latency floor: one node per request, each stage, before and after each speed-up.
 
-Three parts, each with the torch-only sampler ("before", ``GNNAAS_FAST_SAMPLER=0``) and the
-compiled small-batch sampler ("after", :mod:`gnnaas.sampling.fastpath`) side by side in one run:
+Three parts, each speed-up switched off ("before") and on ("after") side by side in one run:
 
 1. **Sampling** of 1, 8 and 64 seeds (and 1,024 for the large-batch path) with the serving
-   sampler, fanouts (25, 10), median of many calls, one torch thread.
-2. **Forward** of the 8× and 1× variants for 1 and 64 seeds (the sampled blocks built once).
+   sampler, fanouts (25, 10), median of many calls, one torch thread: the torch-only sampler
+   (``GNNAAS_FAST_SAMPLER=0``) and the compiled small-batch sampler
+   (:mod:`gnnaas.sampling.fastpath`).
+2. **Forward** of the 8× and 1× variants for 1 and 64 seeds (the sampled blocks built once):
+   PyG's convolutions (``GNNAAS_FUSED_FORWARD=0``) and the fused eval layers
+   (:meth:`gnnaas.models.GNN.fused_layer`), with the operators each dispatches per forward
+   counted by :mod:`torch.profiler`.
 3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned (torch sampler and
-   FastAPI route; compiled sampler; compiled sampler and the predict fast lane,
-   :mod:`gnnaas.serving.fastlane`), sequential single-node requests (closed loop, one client,
-   the same driver as ``bench_policy.py``), client p50/p99
-   and the server's ``Server-Timing`` stages, next to ``benchmarks/trivial_app.py`` (the FastAPI +
-   uvicorn ceiling with the same request shape) served the same way.
+   FastAPI route; compiled sampler; and the predict fast lane, :mod:`gnnaas.serving.fastlane`;
+   and the fused forward), sequential single-node requests (closed loop, one client, the same
+   driver as ``bench_policy.py``), client p50/p99 and the server's ``Server-Timing`` stages,
+   next to ``benchmarks/trivial_app.py`` (the FastAPI + uvicorn ceiling with the same request
+   shape) served the same way.
 
 Uses the variants and profiles of ``bench_policy.py``/``bench_drift.py`` in ``--workdir``.
 
@@ -42,11 +46,13 @@ from bench_router import machine_info, make_bodies, serve_cmd, test_nodes, trivi
 from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
 
 PATHS = {"before (torch sampler)": "0", "after (compiled sampler)": "1"}
-# Request path: (label, GNNAAS_FAST_SAMPLER, GNNAAS_FAST_LANE).
+FORWARDS = {"before (PyG convolutions)": "pyg", "after (fused layers)": "fused"}
+# Request path: (label, GNNAAS_FAST_SAMPLER, GNNAAS_FAST_LANE, GNNAAS_FUSED_FORWARD).
 SERVERS = [
-    ("before: torch sampler, FastAPI route", "0", "0"),
-    ("compiled sampler, FastAPI route", "1", "0"),
-    ("after: compiled sampler, fast lane", "1", "1"),
+    ("before: torch sampler, FastAPI route, PyG convolutions", "0", "0", "0"),
+    ("compiled sampler, FastAPI route, PyG convolutions", "1", "0", "0"),
+    ("compiled sampler, fast lane, PyG convolutions", "1", "1", "0"),
+    ("after: compiled sampler, fast lane, fused forward", "1", "1", "1"),
 ]
 
 
@@ -94,7 +100,8 @@ def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) ->
         for b, s in seed_sets.items()
     }
     repo = VariantRepository(variants_dir)
-    forward: dict[str, float] = {}
+    forward: dict[str, dict[str, float]] = {}
+    ops: dict[str, dict[str, int]] = {}
     for vid in ids:
         loaded = repo.load(store.name, vid)
         x_all = store.feature_subset(torch.tensor(loaded.manifest.kept_features))
@@ -106,8 +113,23 @@ def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) ->
                 with torch.inference_mode():
                     model(x, blocks)
 
-            forward[f"{vid} {b}"] = _median_ms(run, calls)
-    return {"sampling": sampling, "forward": forward}
+            key = f"{vid} {b}"
+            forward[key], ops[key] = {}, {}
+            for label, kind in FORWARDS.items():
+                loaded.model.fused_eval = kind == "fused"
+                forward[key][label] = _median_ms(run, calls)
+                ops[key][label] = _operators(run)
+    return {"sampling": sampling, "forward": forward, "operators": ops}
+
+
+def _operators(fn: Any) -> int:
+    """Operators (``aten::``) one call dispatches, counted by :mod:`torch.profiler`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
 
 
 def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str, dict[str, float]]:
@@ -117,8 +139,12 @@ def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str,
     spec = StepSpec(rate_rps=0.0, duration_s=60.0, max_requests=count, concurrency=1)
     out: dict[str, dict[str, float]] = {}
     servers = [("trivial FastAPI endpoint", "trivial", {}, {})]
-    for label, sampler, lane in SERVERS:
-        env = {"GNNAAS_FAST_SAMPLER": sampler, "GNNAAS_FAST_LANE": lane}
+    for label, sampler, lane, fused in SERVERS:
+        env = {
+            "GNNAAS_FAST_SAMPLER": sampler,
+            "GNNAAS_FAST_LANE": lane,
+            "GNNAAS_FUSED_FORWARD": fused,
+        }
         env["GNNAAS_TORCH_THREADS"] = "1"
         servers.append((f"gnnaas, {label}", "gnnaas", env, {"X-Variant": variant}))
     for label, kind, env, headers in servers:
@@ -181,16 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for b in ("1", "8", "64", "1024"):
         lines.append(f"| {b} | " + " | ".join(f"{m[k]['sampling'][b]:.3f}" for k in labels) + " |")
+    fwd = m[labels[-1]]  # the blocks of the compiled sampler (the same trees)
     lines += [
         "",
-        "## Forward of a sampled batch, median ms",
+        "## Forward of a sampled batch, median ms (operators dispatched per forward, "
+        "torch.profiler)",
         "",
-        "| variant, seeds | " + " | ".join(labels) + " |",
-        "|---|" + "---:|" * len(labels),
+        "| variant, seeds | " + " | ".join(FORWARDS) + " |",
+        "|---|" + "---:|" * len(FORWARDS),
     ]
-    for key in m[labels[0]]["forward"]:
+    for key, row in fwd["forward"].items():
         lines.append(
-            f"| {key} | " + " | ".join(f"{m[k]['forward'][key]:.3f}" for k in labels) + " |"
+            f"| {key} | "
+            + " | ".join(f"{row[k]:.3f} ({fwd['operators'][key][k]})" for k in FORWARDS)
+            + " |"
         )
     lines += [
         "",

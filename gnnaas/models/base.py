@@ -15,6 +15,7 @@ One :meth:`GNN.forward` serves both ways of running a model:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, cast
@@ -29,11 +30,24 @@ from gnnaas.errors import ConfigError
 if TYPE_CHECKING:
     from gnnaas.sampling import Block
 
-__all__ = ["FAMILIES", "Arch", "GNN", "build_model"]
+__all__ = ["FAMILIES", "Arch", "GNN", "build_model", "neighbor_sum"]
 
 
 FAMILIES = ("gnnaas", "pyg")
 """Layer layouts :func:`build_model` builds (see its ``family`` argument)."""
+
+
+def neighbor_sum(x: Tensor, block: Block) -> Tensor:
+    """Sum over each target's in-neighbors in ``block``: ``[num_dst, F]`` (zero rows for targets
+    without neighbors), as PyG's ``sum`` aggregation computes it.
+
+    Args:
+        x (Tensor): ``[num_src, F]`` source rows.
+        block (Block): the bipartite block; ``edge_index[0]`` sources, ``edge_index[1]`` targets.
+    """
+    src, dst = block.edge_index[0], block.edge_index[1]
+    out = x.new_zeros((int(block.size[1]), x.size(1)))
+    return out.index_add_(0, dst, x.index_select(0, src))
 
 
 class Arch(StrEnum):
@@ -89,6 +103,10 @@ class GNN(torch.nn.Module):
     """
 
     arch: ClassVar[Arch]
+    fused_eval: bool = os.environ.get("GNNAAS_FUSED_FORWARD", "1") != "0"
+    """Run eval-mode forwards on blocks through :meth:`fused_layer` (default; the environment
+    variable ``GNNAAS_FUSED_FORWARD=0``, read at import, or ``False`` on an instance runs PyG's
+    convolutions instead, e.g. to compare)."""
 
     def __init__(
         self,
@@ -169,18 +187,40 @@ class GNN(torch.nn.Module):
                 f"{type(self).__name__}.forward expects {self.num_layers} blocks "
                 f"(got {len(adjs)}); sample with one fanout per layer"
             )
+        fused = self.fused_eval and not self.training
         for i, (conv, block) in enumerate(zip(self.convs, adjs, strict=True)):
-            size = (int(block.size[0]), int(block.size[1]))
-            x_dst = x[: size[1]]  # targets are the first num_dst sources
-            x = conv((x, x_dst), block.edge_index, size=size)  # [num_dst, F_l]
-            x = self._between(x, i)
+            out = self.fused_layer(i, x, block) if fused else None
+            if out is None:
+                size = (int(block.size[0]), int(block.size[1]))
+                x_dst = x[: size[1]]  # targets are the first num_dst sources
+                out = conv((x, x_dst), block.edge_index, size=size)  # [num_dst, F_l]
+            x = self._between(out, i)
         return x
+
+    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
+        """Layer ``layer`` on a sampled block in eval mode, in a few fused tensor operations.
+
+        A subclass whose convolution it can compute directly returns ``[num_dst, F_l]`` (the
+        convolution's output up to floating-point summation order); ``None`` falls back to the
+        PyG convolution. On the small blocks of a served request, PyG's message passing costs
+        more in Python dispatch (argument inspection, message/aggregate/update hooks) than in
+        arithmetic: the fused layer halves a single-seed forward (``bench_latency.py``).
+
+        Args:
+            layer (int): the layer's index.
+            x (Tensor): ``[num_src, F]`` the block's source rows; the first ``num_dst`` are its
+                targets.
+            block (Block): the layer's bipartite block.
+        """
+        return None
 
     def _between(self, x: Tensor, layer: int) -> Tensor:
         if layer == self.num_layers - 1:
             return x
+        if not self.training:
+            return F.relu(x)  # dropout is the identity in eval mode
         x = F.relu(x)
-        return F.dropout(x, p=self.dropout, training=self.training)
+        return F.dropout(x, p=self.dropout, training=True)
 
     def __repr__(self) -> str:
         return (

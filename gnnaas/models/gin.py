@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
 from torch_geometric.nn import GINConv
 
-from gnnaas.models.base import GNN, Arch
+from gnnaas.models.base import GNN, Arch, neighbor_sum
 
-__all__ = ["GIN"]
+if TYPE_CHECKING:
+    from gnnaas.sampling import Block
+
+__all__ = ["GIN", "gin_fused_layer"]
+
+
+def gin_fused_layer(conv: GINConv, x: Tensor, block: Block) -> Tensor:
+    """``nn((1 + eps) * x_dst + sum of the neighbors)``: ``GINConv``'s output on a block without
+    its message-passing dispatch (see :meth:`gnnaas.models.GNN.fused_layer`)."""
+    num_dst = int(block.size[1])
+    h = neighbor_sum(x, block)  # [num_dst, F]
+    h += (1 + conv.eps) * x[:num_dst]
+    return cast(Tensor, conv.nn(h))
 
 
 class GIN(GNN):
@@ -50,6 +62,9 @@ class GIN(GNN):
             torch.nn.Linear(self.hidden_channels, out_channels),
         )
         return GINConv(mlp, train_eps=False)
+
+    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
+        return gin_fused_layer(cast(GINConv, self.convs[layer]), x, block)
 
     def first_layer_weights(self) -> list[Tensor]:
         """The weight of the first ``Linear`` of the first layer's MLP.

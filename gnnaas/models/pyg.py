@@ -19,13 +19,17 @@ dataset loads and runs the same way.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from torch import Tensor
 from torch_geometric.nn import MLP, GINConv
 
 from gnnaas.models.base import GNN, Arch
+from gnnaas.models.gin import gin_fused_layer
 from gnnaas.models.sage import SAGE
+
+if TYPE_CHECKING:
+    from gnnaas.sampling import Block
 
 __all__ = ["PYG_CLASSES", "PyGGIN", "PyGSAGE"]
 
@@ -59,6 +63,9 @@ class PyGGIN(GNN):
     def init_conv(self, in_channels: int, out_channels: int) -> GINConv:
         mlp = MLP([in_channels, out_channels, out_channels], act="relu", norm=None)
         return GINConv(mlp, train_eps=False)
+
+    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
+        return gin_fused_layer(cast(GINConv, self.convs[layer]), x, block)
 
     def first_layer_weights(self) -> list[Tensor]:
         """The weight of the first ``Linear`` of the first layer's MLP.

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
+import torch
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
-from gnnaas.models.base import GNN, Arch
+from gnnaas.models.base import GNN, Arch, neighbor_sum
+
+if TYPE_CHECKING:
+    from gnnaas.sampling import Block
 
 __all__ = ["SAGE"]
 
@@ -37,6 +41,20 @@ class SAGE(GNN):
 
     def init_conv(self, in_channels: int, out_channels: int) -> SAGEConv:
         return SAGEConv(in_channels, out_channels, aggr="mean")
+
+    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
+        """``lin_l(mean of the neighbors) + lin_r(x_dst)``: ``SAGEConv``'s output (mean
+        aggregation, root weight, no projection or normalization) without its dispatch."""
+        conv = cast(SAGEConv, self.convs[layer])
+        if conv.project or conv.normalize or not conv.root_weight or conv.aggr != "mean":
+            return None  # not the layout this computes: PyG's convolution runs it
+        num_dst = int(block.size[1])
+        agg = neighbor_sum(x, block)  # [num_dst, F]
+        degree = torch.bincount(block.edge_index[1], minlength=num_dst).clamp_(min=1)
+        agg.div_(degree.unsqueeze(1).to(agg.dtype))
+        weight, bias = conv.lin_l.weight, conv.lin_l.bias
+        out = agg @ weight.t() if bias is None else torch.addmm(bias, agg, weight.t())
+        return out.addmm_(x[:num_dst], conv.lin_r.weight.t())  # [num_dst, F_l]
 
     def first_layer_weights(self) -> list[Tensor]:
         """The neighbor (``lin_l``) and root (``lin_r``) weights of the first layer.

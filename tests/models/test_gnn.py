@@ -103,6 +103,47 @@ def test_sampler_blocks_with_all_neighbors_match_full_graph(arch: str) -> None:
     )
 
 
+@pytest.mark.parametrize("family", ["gnnaas", "pyg"])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+def test_fused_eval_layers_compute_the_pyg_convolutions(
+    family: str, arch: str, num_layers: int
+) -> None:
+    torch.manual_seed(1)
+    model = build_model(arch, IN, HIDDEN, OUT, num_layers=num_layers, family=family).eval()
+    with torch.no_grad():  # non-trivial batch-norm statistics
+        for buf in model.buffers():
+            if buf.dtype.is_floating_point:
+                buf.uniform_(0.5, 1.5)
+    # Random blocks with repeated edges and targets that have no neighbor at all.
+    sizes = [40, 25, 9, 3][-(num_layers + 1) :]
+    blocks = []
+    for num_src, num_dst in zip(sizes, sizes[1:], strict=False):
+        dst = torch.randint(0, num_dst - 1, (3 * num_src,))  # the last target: no edge
+        blocks.append(
+            Block(torch.stack([torch.randint(0, num_src, dst.shape), dst]), (num_src, num_dst))
+        )
+    x = torch.randn(sizes[0], IN)
+    with torch.inference_mode():
+        fused = model(x, blocks)
+        model.fused_eval = False
+        convs = model(x, blocks)
+    assert fused.shape == (sizes[-1], OUT)
+    torch.testing.assert_close(fused, convs, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(fused[-1], torch.zeros(OUT))  # the root term still counts
+
+
+def test_a_sage_layout_the_fused_layer_does_not_compute_runs_through_pyg() -> None:
+    from torch_geometric.nn import SAGEConv
+
+    model = _model("sage", 1).eval()
+    model.convs[0] = SAGEConv(IN, OUT, aggr="mean", normalize=True)
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0, 1]), 1)
+    assert model.fused_layer(0, torch.randn(n_id.numel(), IN), blocks[0]) is None
+    out = model(torch.randn(n_id.numel(), IN), blocks)
+    torch.testing.assert_close(out.norm(dim=-1), torch.ones(2))  # normalized by PyG's conv
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_gradients_reach_the_first_layer(arch: str) -> None:
     n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0, 1, 2]), 2)
