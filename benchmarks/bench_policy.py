@@ -8,7 +8,9 @@ every request size a set of *policies*:
 - ``pin:<id>``: one variant pinned with ``X-Variant``: the full-feature 1× model that is most
   accurate (what a user without variants runs), and for each tolerance the ``--top-fixed``
   variants it admits that were fastest in a short closed-loop pre-run of every variant (the
-  candidates for "best single variant", chosen by measurement, not by the profiles under test).
+  candidates for "best single variant", chosen by measurement, not by the profiles under test);
+- ``trivial-endpoint`` (single-node requests): ``benchmarks/trivial_app.py``, the FastAPI +
+  uvicorn ceiling with the same request shape, on its own port, measured like the others.
 
 Each policy is measured by closed-loop steps at rising concurrency (``--concurrency``); its
 *sustained rate* is the throughput at which p99 reaches the request size's bound
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -65,6 +68,7 @@ from bench_router import (  # noqa: E402
     say,
     serve_cmd,
     test_nodes,
+    trivial_cmd,
     wait_idle,
 )
 from loadgen import ServerProcess, StepResult, StepSpec, free_port, run_closed  # noqa: E402
@@ -81,6 +85,7 @@ class Policy:
     key: str
     headers: dict[str, str]
     tolerance: float | None  # router tolerance; None for a pinned variant
+    url: str | None = None  # another server (the trivial endpoint); None: gnnaas
 
 
 def admissible_ids(variants: list[dict[str, Any]], tolerance: float) -> list[str]:
@@ -206,7 +211,9 @@ def sustained_interleaved(
         for part in range(args.slices):
             k = (level + rotate + part) % len(live)
             for pol in live[k:] + live[:k]:
-                parts[pol.key].append(run_slice(url, bodies, pol, concurrency, slice_s, args, part))
+                parts[pol.key].append(
+                    run_slice(pol.url or url, bodies, pol, concurrency, slice_s, args, part)
+                )
         for pol in live:
             steps[pol.key].append(merge_slices(parts[pol.key]))
         live = [
@@ -263,8 +270,22 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
         "sizes": {},
     }
     cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
-    with ServerProcess(cmd, port, workdir / "policy-server.log", env=env) as server:
-        url = f"{server.base_url}/v1/datasets/{cfg.dataset}/predict"
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(
+            ServerProcess(cmd, port, workdir / "policy-server.log", env=env)
+        )
+        route = f"/v1/datasets/{cfg.dataset}/predict"
+        url = f"{server.base_url}{route}"
+        # The FastAPI + uvicorn app with the same request shape, measured as one more policy
+        # (interleaved with the others) for single-node requests.
+        trivial: Policy | None = None
+        if 1 in args.sizes and not args.no_trivial:
+            tport = free_port()
+            while tport == port:  # the ports are not held between the two calls
+                tport = free_port()
+            log = workdir / "policy-trivial.log"
+            ceiling = stack.enter_context(ServerProcess(trivial_cmd(tport), tport, log))
+            trivial = Policy("trivial-endpoint", {}, None, url=f"{ceiling.base_url}{route}")
         listing = server.get_json(f"/v1/datasets/{cfg.dataset}/variants")["variants"]
         variants = []
         for v in listing:
@@ -297,11 +318,13 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
                 )
             )
             pols = make_policies(variants, size, args.tolerances, prerun, args.top_fixed)
+            if size == 1 and trivial is not None:
+                pols.append(trivial)
             say(f"size {size}: {len(pols)} policies, p99 bound {bound_ms:g} ms")
             # warm-up: every policy once, short
             for pol in pols:
                 spec = StepSpec(rate_rps=0.0, duration_s=0.5, max_requests=200, concurrency=2)
-                asyncio.run(run_closed(url, bodies, pol.headers, spec))
+                asyncio.run(run_closed(pol.url or url, bodies, pol.headers, spec))
             repeats: list[dict[str, Any]] = []
             for r in range(args.repeats):
                 wait_idle(server, cfg.dataset)
@@ -351,6 +374,28 @@ def check(results: dict[str, Any], ratio: float) -> list[dict[str, Any]]:
                     }
                 )
     return rows
+
+
+def _ceiling_lines(block: dict[str, Any]) -> list[str]:
+    """The router's rate against the trivial endpoint's, repeat by repeat (when measured)."""
+    keys = [p["key"] for p in block["policies"]]
+    if "trivial-endpoint" not in keys:
+        return []
+    out = []
+    for pol in block["policies"]:
+        if pol["tolerance"] is None:
+            continue
+        ratios = [
+            rep[pol["key"]]["rate_rps"] / rep["trivial-endpoint"]["rate_rps"]
+            for rep in block["repeats"]
+            if rep["trivial-endpoint"]["rate_rps"] > 0
+        ]
+        if ratios:
+            out.append(
+                f"- {pol['key']} / trivial FastAPI endpoint (the same driver, interleaved): "
+                f"median {statistics.median(ratios):.0%} ({min(ratios):.0%}–{max(ratios):.0%})"
+            )
+    return out + [""]
 
 
 def _as_listing(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -455,6 +500,7 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
             top = ", ".join(f"{k} {v}" for k, v in sorted(served.items(), key=lambda kv: -kv[1]))
             lines.append(f"| {pol['key']} | {_spread(rates)} | {top[:80]} |")
         lines.append("")
+        lines += _ceiling_lines(block)
     lines += [
         "## Throughput at matched concurrency: router / best admissible fixed variant",
         "",
@@ -496,6 +542,13 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
     os.replace(tmp, path)
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (got {text})")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="scaled dataset, short steps")
@@ -523,10 +576,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=None, help="seconds per step")
     parser.add_argument("--step-max-requests", type=int, default=20_000)
     parser.add_argument(
+        "--no-trivial",
+        action="store_true",
+        help="leave out the trivial FastAPI endpoint (the ceiling) for single-node requests",
+    )
+    parser.add_argument(
         "--slices",
-        type=int,
+        type=_positive_int,
         default=4,
-        help="slices per step, run round-robin over the policies at each level (default: 4)",
+        help="slices per step, run round-robin over the policies at each level; "
+        "--step-max-requests caps each slice (default: 4)",
     )
     parser.add_argument(
         "--top-fixed",

@@ -87,8 +87,9 @@ def _profiles_dir(value: str | None) -> str:
 
 
 def _serving_pipeline() -> dict[str, Any]:
-    """The server's sampler and batch cap from the environment (``GNNAAS_SAMPLING``,
-    ``GNNAAS_SEED``, ``GNNAAS_MAX_BATCH_NODES``), so profiles measure the pipeline served."""
+    """The server's sampler, batch cap and inline threshold from the environment
+    (``GNNAAS_SAMPLING``, ``GNNAAS_SEED``, ``GNNAAS_MAX_BATCH_NODES``,
+    ``GNNAAS_INLINE_MAX_NODES``), so profiles measure the pipeline served."""
     from gnnaas.serving.settings import Settings
 
     settings = Settings()
@@ -96,6 +97,7 @@ def _serving_pipeline() -> dict[str, Any]:
         "sampling": settings.sampling,
         "sampler_seed": settings.seed,
         "max_batch_nodes": settings.max_batch_nodes,
+        "inline_max_nodes": settings.inline_max_nodes,
     }
 
 

@@ -8,7 +8,7 @@ Below variants and profiling in the layer order (data → sampling → models �
 variants → profiling → serving).
 """
 
-from gnnaas.inference.executor import ExecRequest, ExecResult, Executor
+from gnnaas.inference.executor import INLINE_MAX_NODES, ExecRequest, ExecResult, Executor
 from gnnaas.inference.path import InferencePath, PathOutput, Sampler, StageTimes
 from gnnaas.inference.scores import metric, score_parts
 
@@ -16,6 +16,7 @@ __all__ = [
     "ExecRequest",
     "ExecResult",
     "Executor",
+    "INLINE_MAX_NODES",
     "InferencePath",
     "PathOutput",
     "Sampler",

@@ -16,9 +16,12 @@ if TYPE_CHECKING:
 __all__ = ["GIN", "gin_fused_layer"]
 
 
-def gin_fused_layer(conv: GINConv, x: Tensor, block: Block) -> Tensor:
+def gin_fused_layer(conv: GINConv, x: Tensor, block: Block) -> Tensor | None:
     """``nn((1 + eps) * x_dst + sum of the neighbors)``: ``GINConv``'s output on a block without
-    its message-passing dispatch (see :meth:`gnnaas.models.GNN.fused_layer`)."""
+    its message-passing dispatch (see :meth:`gnnaas.models.GNN.fused_layer`); ``None`` for a
+    convolution that does not sum its neighbors."""
+    if conv.aggr != "add":
+        return None
     num_dst = int(block.size[1])
     h = neighbor_sum(x, block)  # [num_dst, F]
     h += (1 + conv.eps) * x[:num_dst]

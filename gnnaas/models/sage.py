@@ -50,8 +50,10 @@ class SAGE(GNN):
             return None  # not the layout this computes: PyG's convolution runs it
         num_dst = int(block.size[1])
         agg = neighbor_sum(x, block)  # [num_dst, F]
-        degree = torch.bincount(block.edge_index[1], minlength=num_dst).clamp_(min=1)
-        agg.div_(degree.unsqueeze(1).to(agg.dtype))
+        dst = block.edge_index[1]
+        # index_add_, not bincount: no device->host sync on CUDA
+        degree = agg.new_zeros(num_dst).index_add_(0, dst, agg.new_ones(dst.numel()))
+        agg.div_(degree.clamp_(min=1).unsqueeze(1))
         weight, bias = conv.lin_l.weight, conv.lin_l.bias
         out = agg @ weight.t() if bias is None else torch.addmm(bias, agg, weight.t())
         return out.addmm_(x[:num_dst], conv.lin_r.weight.t())  # [num_dst, F_l]

@@ -60,6 +60,7 @@ from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.inference import (
+    INLINE_MAX_NODES,
     ExecRequest,
     ExecResult,
     Executor,
@@ -168,6 +169,7 @@ class _Profiler:
         sampler_seed: int,
         sampling: str,
         max_batch_nodes: int | None,
+        inline_max_nodes: int = INLINE_MAX_NODES,
     ) -> None:
         self.store = store
         self.batch_size = batch_size
@@ -181,16 +183,24 @@ class _Profiler:
         self.sampler_seed = sampler_seed
         self.sampling = sampling
         self.max_batch_nodes = max_batch_nodes
+        self.inline_max_nodes = inline_max_nodes
         self.max_degree = (
             int((store.rowptr[1:] - store.rowptr[:-1]).max()) if store.num_nodes else 1
         )
         self._samplers: dict[tuple[int, ...], Any] = {}
         perm_gen = torch.Generator().manual_seed(0)
         self._service_nodes = torch.randperm(store.num_nodes, generator=perm_gen)
-        # Service curves are timed in a worker thread, as the server's batcher runs its handler:
-        # on glibc a worker thread allocates from its own arena, which costs measurably more per
-        # small batch than the main thread (0.5 ms at one node on a 500-feature graph).
+        # Service curves are timed where the server's batcher runs its handler: in a worker thread,
+        # or for batches of at most inline_max_nodes on this (main) thread as on the server's
+        # event loop. On glibc a worker thread allocates from its own arena, which costs
+        # measurably more per small batch than the main thread.
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gnnaas-curve")
+
+    def _timed(self, executor: Executor, seeds: Tensor) -> tuple[float, ExecResult]:
+        """One batch timed on the thread the server runs a batch of that size on."""
+        if seeds.numel() <= self.inline_max_nodes:
+            return _timed_batch(executor, seeds)
+        return self._worker.submit(_timed_batch, executor, seeds).result()
 
     def close(self) -> None:
         """Stops the worker thread."""
@@ -332,7 +342,7 @@ class _Profiler:
         for executor in executors.values():
             for size in sizes:  # warm-up
                 t = min(size, num_nodes)
-                self._worker.submit(_timed_batch, executor, self._service_nodes[:t]).result()
+                self._timed(executor, self._service_nodes[:t])
         per_round = max(1, math.ceil(self.service_runs / _SERVICE_ROUNDS))
         slot_s = self.min_time_s / 4 / _SERVICE_ROUNDS
         offset = 1
@@ -352,7 +362,7 @@ class _Profiler:
                         # itself: an idle gap before each timed batch measures it as served
                         # (back to back, small batches ran ~0.4 ms faster than the server saw).
                         time.sleep(_SERVICE_GAP_S)
-                        ms, result = self._worker.submit(_timed_batch, executor, w).result()
+                        ms, result = self._timed(executor, w)
                         timed.append((ms, result.times))
                         done += 1
         rows = []
@@ -455,6 +465,7 @@ def profile_dataset(
     sampling: str = "depth",
     max_batch_nodes: int | None = None,
     only: Sequence[str] | None = None,
+    inline_max_nodes: int = INLINE_MAX_NODES,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
@@ -489,6 +500,9 @@ def profile_dataset(
         max_batch_nodes (int, optional): the server's largest batch (``GNNAAS_MAX_BATCH_NODES``):
             service-curve batch sizes above it are left out and it becomes a point of the
             curve. (default: ``None``, every size)
+        inline_max_nodes (int, optional): the server's ``GNNAAS_INLINE_MAX_NODES``: service-curve
+            batches of at most this many nodes are timed on the calling thread, as the server runs
+            them on its event loop; larger ones in a worker thread. (default: ``16``)
         only (Sequence[str], optional): time only these variants (a new or changed one) and
             keep every other variant's latency rows and service curve from the existing
             files; all variants are still scored (untimed), so the paired accuracy intervals
@@ -546,6 +560,7 @@ def profile_dataset(
             sampling=sampling,
             max_batch_nodes=max_batch_nodes,
             only=only,
+            inline_max_nodes=inline_max_nodes,
         )
     finally:
         torch.set_num_threads(previous_threads)
@@ -587,6 +602,7 @@ def _profile_dataset(
     sampling: str,
     max_batch_nodes: int | None,
     only: Sequence[str] | None = None,
+    inline_max_nodes: int = INLINE_MAX_NODES,
 ) -> ProfileResult:
     from tqdm.auto import tqdm
 
@@ -627,6 +643,7 @@ def _profile_dataset(
         sampler_seed=sampler_seed,
         sampling=sampling,
         max_batch_nodes=max_batch_nodes,
+        inline_max_nodes=inline_max_nodes,
     )
     common = {
         "dataset": store.name,

@@ -119,6 +119,10 @@ class Batcher(Generic[T, R]):
             its value of batches run at once. The gate is taken only after the batch has
             waited its ``max_wait_s`` (or is full), and requests arriving while it waits for the
             gate still merge into it. (default: ``None``: no limit beyond one batch per batcher)
+        inline_max_size (int, optional): batches of at most this many nodes run on the event
+            loop's own thread instead of the worker thread: no hand-off between threads for the
+            small batches that cost less than the hand-off saves; the loop waits for them, so keep
+            it to batches that take well under a millisecond. (default: ``0``: none)
     """
 
     def __init__(
@@ -133,6 +137,7 @@ class Batcher(Generic[T, R]):
         on_batch: Callable[[BatchStats], None] | None = None,
         retry_after_s: float = 1.0,
         gate: asyncio.Semaphore | None = None,
+        inline_max_size: int = 0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
@@ -145,6 +150,7 @@ class Batcher(Generic[T, R]):
         self.max_wait_s = max_wait_s
         self.max_queue_size = max_queue_size
         self.retry_after_s = retry_after_s
+        self.inline_max_size = inline_max_size
         self._handler = handler
         self._on_batch = on_batch
         self._gate = gate
@@ -379,7 +385,11 @@ class Batcher(Generic[T, R]):
                 handler_s[0] = time.perf_counter() - start
 
         try:
-            results = await loop.run_in_executor(self._executor, timed, [p.item for p in batch])
+            items = [p.item for p in batch]
+            if size <= self.inline_max_size:
+                results = timed(items)  # on the loop's thread: no hand-off
+            else:
+                results = await loop.run_in_executor(self._executor, timed, items)
             if len(results) != len(batch):
                 raise RuntimeError(
                     f"batch handler of {self.name} returned {len(results)} results "

@@ -12,9 +12,11 @@ Batches are also summarized per batch-size bucket (the service curve's sizes), b
 be right for small batches and wrong for large ones.
 
 Two predictions are kept per batch: the curve alone (``predicted_ms``), which shows whether the
-profile is right for this variant and size, and the time the router actually predicted when it
-chose (``predicted_ms`` × the device's one measured speed factor at that moment, ARCHITECTURE.md
-§5: one device-wide factor for machine load). A VM whose speed moved between the profiling minute
+profile is right for this variant and size, and the router's prediction (``predicted_ms`` × the
+device's one measured speed factor in force while the batch ran, before the batch itself is
+folded into it; ARCHITECTURE.md §5: one device-wide factor for machine load). The router chose
+the batch's requests with the factor of their arrival, which differs from it by at most the
+batches that finished in between. A VM whose speed moved between the profiling minute
 and this one moves every curve alike; the factor removes that, not a curve of the wrong shape.
 
 Example:
@@ -51,8 +53,8 @@ class DriftSample:
         batch_nodes (int): target nodes in the batch.
         predicted_ms (float): the profiled curve's time for it (no load factor applied).
         measured_ms (float): the handler's wall time.
-        factor (float, optional): the device's speed factor when the router predicted the batch
-            (its prediction was ``factor * predicted_ms``). (default: ``1.0``)
+        factor (float, optional): the device's speed factor in force while the batch ran (the
+            router's prediction is ``factor * predicted_ms``). (default: ``1.0``)
     """
 
     batch_nodes: int

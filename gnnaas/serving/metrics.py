@@ -18,7 +18,8 @@ name                                 type       labels
 ``gnnaas_rejections_total``          counter    reason
 ``gnnaas_batch_predicted_seconds``   histogram  dataset, variant
 ``gnnaas_batch_measured_seconds``    histogram  dataset, variant
-``gnnaas_batch_time_rel_error``      gauge      dataset, variant, stat (median_abs, median)
+``gnnaas_batch_time_rel_error``      gauge      dataset, variant, stat (median_abs, median,
+                                                median_abs_scaled, median_scaled)
 ``gnnaas_batch_time_samples``        gauge      dataset, variant
 ``gnnaas_reloads_total``             counter    outcome (ok, failed)
 ``gnnaas_registry_generation``       gauge      (none): 1 at start, +1 per successful reload
@@ -27,7 +28,8 @@ name                                 type       labels
 The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its profiled service
 curve, no load factor) and measured batch time; ``gnnaas_batch_time_rel_error`` is the median
 relative error ``measured / predicted - 1`` (signed, and absolute) over the variant's recent
-batches (:class:`~gnnaas.serving.drift.DriftRecord`), read at scrape time.
+batches (:class:`~gnnaas.serving.drift.DriftRecord`), read at scrape time; the ``*_scaled`` stats
+are the same against the router's prediction (the curve times the device's speed factor).
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ class _DriftCollector(Collector):
             if summary["count"]:
                 error.add_metric([dataset, variant, "median_abs"], summary["median_abs_rel_error"])
                 error.add_metric([dataset, variant, "median"], summary["median_rel_error"])
+                error.add_metric(
+                    [dataset, variant, "median_abs_scaled"], summary["median_abs_rel_error_scaled"]
+                )
+                error.add_metric(
+                    [dataset, variant, "median_scaled"], summary["median_rel_error_scaled"]
+                )
         yield error
         yield count
 

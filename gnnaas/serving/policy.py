@@ -305,8 +305,9 @@ class Selection:
 
     Args:
         variant_id (str): the chosen variant.
-        predicted_ms (float): its predicted completion time (queue wait + service time).
-        wait_ms (float): the queue wait part of ``predicted_ms``.
+        predicted_ms (float): its predicted completion time (queue wait + service time); NaN
+            when the router had only one admissible variant and no SLO (nothing was predicted).
+        wait_ms (float): the queue wait part of ``predicted_ms`` (NaN likewise).
         meets_slo (bool | None): whether the prediction meets the SLO (``None`` without an SLO).
         considered (tuple[str, ...]): the admissible candidates, most accurate first.
     """
@@ -450,10 +451,17 @@ def select_admitted(
     snap = snapshot or LoadSnapshot()
     n, slo_ms = request.num_nodes, request.slo_ms
     considered = tuple(c.variant_id for c in admitted)
-    within = [c for c in admitted if snap.load(c.variant_id).room_nodes >= n] or list(admitted)
+    loads = snap.variants
+    within = [c for c in admitted if loads.get(c.variant_id, _IDLE).room_nodes >= n]
+    within = within or list(admitted)
     wait = max(0.0, snap.ahead_ms)
-    # (predicted, candidate) in most-accurate-first order.
-    scored = [(snap.completion_ms(c.variant_id, c.service, n), c) for c in within]
+    # (predicted, candidate) in most-accurate-first order: snap.completion_ms, unrolled (every
+    # request runs this).
+    stream, cap = snap.stream_nodes + n, snap.max_batch_nodes
+    scored = [
+        (wait + loads.get(c.variant_id, _IDLE).speed * c.service.predict_batched(stream, cap), c)
+        for c in within
+    ]
 
     if slo_ms is not None:
         for predicted, c in scored:  # most accurate first

@@ -163,7 +163,7 @@ class Lane:
     """One variant's executor and batcher, with the device's measured speed.
 
     Every served batch is also recorded as (batch nodes, time predicted by the variant's
-    unscaled profiled curve, measured time, the device factor the router scaled it by) in
+    unscaled profiled curve, measured time, the device factor in force while it ran) in
     :attr:`drift` (a
     :class:`~gnnaas.serving.drift.DriftRecord`, published by ``/metrics``), so a curve that is
     wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
@@ -195,6 +195,7 @@ class Lane:
             on_batch=self._on_batch,
             retry_after_s=settings.retry_after_s,
             gate=gate,
+            inline_max_size=settings.inline_max_nodes,
         )
 
     @property
@@ -219,7 +220,7 @@ class Lane:
         # and from the thread is the router's overhead, not the variant's.
         measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
         measured_ms = measured_s * 1e3
-        factor = self.speed.factor  # the one the router predicted this batch with
+        factor = self.speed.factor  # in force while the batch ran (this batch not yet folded in)
         self.speed.observe(measured_ms, predicted_ms)
         self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms, factor=factor)
         self._metrics.batch_time(
@@ -281,6 +282,8 @@ class Router:
         self.metrics = metrics or ServingMetrics()
         self._factory = executor_factory or default_executor_factory(registry.device)
         self._lanes: dict[tuple[str, str], Lane] = {}
+        # (the lanes they were computed from, {dataset: (its lanes, the other lanes)})
+        self._groups: tuple[dict[tuple[str, str], Lane], dict[str, Any]] = ({}, {})
         self.speed = Speed(settings.load_ewma_alpha)
         self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
         self._admitted: dict[
@@ -451,17 +454,25 @@ class Router:
         ahead, waiting, running = 0.0, 0, 0
         for lane in self._draining:  # only during a reload: the last batches of the old lanes
             ahead += lane.running_ms(now) + lane.queued_ms()
-        for (name, _), lane in self._lanes.items():
-            ahead += lane.running_ms(now)
-            if name == dataset.name:
-                waiting += lane.batcher.queued_nodes
-                running += lane.batcher.in_flight_nodes
-            else:
+        # Every request reads this: idle lanes (most of them) cost a check, not a prediction.
+        this = dataset.name
+        own, others = self._lane_groups(this)
+        for lane in own:
+            b = lane.batcher
+            if b.in_flight_since is not None:
+                ahead += lane.running_ms(now)
+            waiting += b.queued_nodes
+            running += b.in_flight_nodes
+        for lane in others:
+            b = lane.batcher
+            if b.in_flight_since is not None:
+                ahead += lane.running_ms(now)
+            if b.queued_nodes:
                 ahead += lane.queued_ms()
         loads = {}
         if variant_ids is not None:
             for v in variant_ids:
-                own = self._lanes.get((dataset.name, v))
+                own = self._lanes.get((this, v))
                 if own is not None:
                     b = own.batcher
                     loads[v] = VariantLoad(
@@ -491,6 +502,19 @@ class Router:
                 room_nodes=own.batcher.room_nodes,
             )
         return dataclasses.replace(base, variants=loads)
+
+    def _lane_groups(self, dataset: str) -> tuple[tuple[Lane, ...], tuple[Lane, ...]]:
+        """``dataset``'s lanes and every other dataset's (cached until the lanes are replaced)."""
+        lanes, groups = self._groups
+        if lanes is not self._lanes:
+            groups = {}
+            self._groups = (self._lanes, groups)
+        hit = groups.get(dataset)
+        if hit is None:
+            own = tuple(lane for (name, _), lane in self._lanes.items() if name == dataset)
+            others = tuple(lane for (name, _), lane in self._lanes.items() if name != dataset)
+            hit = groups[dataset] = (own, others)
+        return hit
 
     def admitted(self, dataset: ServedDataset, tolerance: float) -> tuple[Candidate, ...]:
         """``dataset``'s candidates admissible under ``tolerance``, most accurate first (cached).
@@ -541,6 +565,11 @@ class Router:
             return variant, None
         request = RequestSpec(num_nodes, tolerance, slo_ms)
         admitted = self.admitted(dataset, request.effective_tolerance)
+        if len(admitted) == 1 and slo_ms is None:
+            # Nothing to choose (e.g. tolerance 0 with no tied variant): no load to read.
+            only = admitted[0].variant_id
+            self._last[dataset.name] = only
+            return dataset.variants[only], Selection(only, math.nan, math.nan, None, (only,))
         selection = select_admitted(
             request,
             admitted,

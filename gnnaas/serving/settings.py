@@ -17,6 +17,8 @@ from typing import Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gnnaas.inference.executor import INLINE_MAX_NODES
+
 __all__ = ["Settings"]
 
 
@@ -46,6 +48,10 @@ class Settings(BaseSettings):
         retry_after_s (int): ``Retry-After`` sent with 503. (default: ``1``)
         load_ewma_alpha (float): weight of the newest batch in the measured/profiled service time
             ratio used for queue waits. (default: ``0.2``)
+        inline_max_nodes (int): batches of at most this many nodes run on the event loop's thread
+            instead of the variant's worker thread (no thread hand-off); the profiler times them
+            the same way (profile with the value you serve with). ``0`` runs every batch in the
+            worker thread. (default: ``16``)
         max_concurrent_batches (int): batches running at once on the device, over all variants;
             on a CPU one batch already uses every intra-op thread. (default: ``1``)
         tie_margin (float): predicted completion times within this fraction of the fastest
@@ -85,6 +91,7 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(default=1, ge=1)
     load_ewma_alpha: float = Field(default=0.2, gt=0.0, le=1.0)
     max_concurrent_batches: int = Field(default=1, ge=1)
+    inline_max_nodes: int = Field(default=INLINE_MAX_NODES, ge=0, le=1024)
     tie_margin: float = Field(default=0.1, ge=0.0, le=10.0)
     torch_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True

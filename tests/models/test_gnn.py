@@ -111,6 +111,7 @@ def test_fused_eval_layers_compute_the_pyg_convolutions(
 ) -> None:
     torch.manual_seed(1)
     model = build_model(arch, IN, HIDDEN, OUT, num_layers=num_layers, family=family).eval()
+    model.fused_eval = True  # whatever GNNAAS_FUSED_FORWARD says
     with torch.no_grad():  # non-trivial batch-norm statistics
         for buf in model.buffers():
             if buf.dtype.is_floating_point:
@@ -131,6 +132,43 @@ def test_fused_eval_layers_compute_the_pyg_convolutions(
     assert fused.shape == (sizes[-1], OUT)
     torch.testing.assert_close(fused, convs, rtol=1e-5, atol=1e-5)
     assert not torch.equal(fused[-1], torch.zeros(OUT))  # the root term still counts
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_training_and_full_graphs_never_take_the_fused_layers(
+    arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _model(arch)
+    model.fused_eval = True
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("fused_layer called")
+
+    monkeypatch.setattr(model, "fused_layer", refuse)
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0, 1]), 2)
+    model.train()(torch.randn(n_id.numel(), IN), blocks)
+    model.eval()(torch.randn(NUM_NODES, IN), EDGE_INDEX)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_block_without_edges_keeps_the_root_term(arch: str) -> None:
+    model = _model(arch, 1).eval()
+    model.fused_eval = True
+    block = Block(torch.empty((2, 0), dtype=torch.int64), (4, 2))
+    x = torch.randn(4, IN)
+    fused = model(x, [block])
+    model.fused_eval = False
+    torch.testing.assert_close(fused, model(x, [block]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_gin_that_does_not_sum_runs_through_pyg() -> None:
+    from torch_geometric.nn import GINConv
+
+    model = _model("gin", 1).eval()
+    conv = model.convs[0]
+    model.convs[0] = GINConv(conv.nn, aggr="mean")
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0, 1]), 1)
+    assert model.fused_layer(0, torch.randn(n_id.numel(), IN), blocks[0]) is None
 
 
 def test_a_sage_layout_the_fused_layer_does_not_compute_runs_through_pyg() -> None:

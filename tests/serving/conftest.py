@@ -20,3 +20,11 @@ with warnings.catch_warnings():
 def toy() -> tuple[VariantRegistry, dict[str, FakeModel]]:
     """A fresh toy registry and its models."""
     return make_toy_registry()
+
+
+@pytest.fixture(autouse=True)
+def _batches_in_worker_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch in its variant's worker thread (``GNNAAS_INLINE_MAX_NODES=0``): the tests hold
+    a fake model inside a batch to make a lane busy, which on the event loop's own thread would
+    stop the loop that must go on serving. Tests of the inline path set it themselves."""
+    monkeypatch.setenv("GNNAAS_INLINE_MAX_NODES", "0")

@@ -26,6 +26,7 @@ SETTINGS = dict(
     max_body_bytes=2048,
     max_wait_ms=0.0,
     max_concurrent_batches=4,
+    inline_max_nodes=0,  # tests hold a model inside a batch: keep batches off the loop thread
 )
 
 

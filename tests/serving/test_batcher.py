@@ -313,3 +313,33 @@ def test_repr() -> None:
     assert repr(batcher) == (
         "Batcher('toy/sage-full-1x', max_batch_size=1024, max_wait_s=0.0, max_queue_size=16384)"
     )
+
+
+async def test_small_batches_run_on_the_loop_thread_and_large_ones_in_the_worker() -> None:
+    threads: list[tuple[int, int]] = []  # (batch nodes, thread id)
+    stats: list[BatchStats] = []
+
+    def handler(items: Sequence[int]) -> list[int]:
+        threads.append((sum(items), threading.get_ident()))
+        return list(items)
+
+    batcher: Batcher[int, int] = Batcher(handler, inline_max_size=4, on_batch=stats.append)
+    small = await batcher.submit(3, size=3)
+    large = await batcher.submit(5, size=5)
+    error = None
+    failing: Batcher[int, int] = Batcher(_fail, inline_max_size=4)
+    try:
+        await failing.submit(1, size=1)
+    except RuntimeError as exc:  # an inline handler's error reaches its caller as usual
+        error = str(exc)
+    await batcher.stop()
+    await failing.stop()
+    loop_thread = threading.get_ident()
+    assert (small.value, large.value) == (3, 5)
+    assert threads[0] == (3, loop_thread) and threads[1][0] == 5 and threads[1][1] != loop_thread
+    assert error == "inline failure"
+    assert [s.batch_size for s in stats] == [3, 5] and all(s.handler_s >= 0 for s in stats)
+
+
+def _fail(items: Sequence[int]) -> list[int]:
+    raise RuntimeError("inline failure")

@@ -99,6 +99,7 @@ async def test_lane_records_served_batches_and_metrics_show_them(
     assert f"gnnaas_batch_measured_seconds_count{{{labels}}} 3.0" in text
     rel = 'gnnaas_batch_time_rel_error{dataset="toy",stat="median_abs",variant="sage-lasso-2x"}'
     assert rel in text
+    assert rel.replace("median_abs", "median_abs_scaled") in text
     assert f"gnnaas_batch_time_samples{{{labels}}} 3.0" in text
     assert 'gnnaas_batch_time_samples{dataset="toy",variant="sage-full-1x"} 0.0' in text
 

@@ -114,3 +114,17 @@ def test_other_paths_and_content_types_go_to_fastapi(lane: tuple[TestClient, lis
     assert taken[-1] is False and r.status_code == 422
     r = client.post(URL, content=b'{"nodes": [1]}', headers={"Content-Type": "application/json"})
     assert taken[-1] is True and r.status_code == 200
+
+
+def test_batches_on_the_loop_thread_answer_as_in_the_worker() -> None:
+    answers = []
+    for inline in (0, 16):
+        registry, models = make_toy_registry()
+        settings = Settings(warmup=False, inline_max_nodes=inline)
+        with TestClient(create_app(settings, registry)) as client:
+            small = _post(client, {"nodes": [1, 2, 3]}, **{"X-Accuracy-Tolerance": "2"})
+            large = _post(client, {"nodes": list(range(40))}, **{"X-Variant": "sage-full-1x"})
+            assert small.status_code == large.status_code == 200
+            answers.append((small.json()["predictions"], large.json()["predictions"]))
+        assert sum(m.calls for m in models.values()) == 2
+    assert answers[0] == answers[1]
