@@ -12,7 +12,8 @@ Three parts, each speed-up switched off ("before") and on ("after") side by side
    counted by :mod:`torch.profiler`.
 3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned (torch sampler and
    FastAPI route; compiled sampler; and the predict fast lane, :mod:`gnnaas.serving.fastlane`;
-   and the fused forward), sequential single-node requests (closed loop, one client, the same
+   and the fused forward; and small batches on the event loop's thread,
+   ``GNNAAS_INLINE_MAX_NODES``), sequential single-node requests (closed loop, one client, the same
    driver as ``bench_policy.py``), client p50/p99 and the server's ``Server-Timing`` stages,
    next to ``benchmarks/trivial_app.py`` (the FastAPI + uvicorn ceiling with the same request
    shape) served the same way.
@@ -47,12 +48,14 @@ from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
 
 PATHS = {"before (torch sampler)": "0", "after (compiled sampler)": "1"}
 FORWARDS = {"before (PyG convolutions)": "pyg", "after (fused layers)": "fused"}
-# Request path: (label, GNNAAS_FAST_SAMPLER, GNNAAS_FAST_LANE, GNNAAS_FUSED_FORWARD).
+# Request path: (label, GNNAAS_FAST_SAMPLER, GNNAAS_FAST_LANE, GNNAAS_FUSED_FORWARD,
+# GNNAAS_INLINE_MAX_NODES).
 SERVERS = [
-    ("before: torch sampler, FastAPI route, PyG convolutions", "0", "0", "0"),
-    ("compiled sampler, FastAPI route, PyG convolutions", "1", "0", "0"),
-    ("compiled sampler, fast lane, PyG convolutions", "1", "1", "0"),
-    ("after: compiled sampler, fast lane, fused forward", "1", "1", "1"),
+    ("before: torch sampler, FastAPI route, PyG convolutions, worker thread", "0", "0", "0", "0"),
+    ("compiled sampler, FastAPI route, PyG convolutions, worker thread", "1", "0", "0", "0"),
+    ("compiled sampler, fast lane, PyG convolutions, worker thread", "1", "1", "0", "0"),
+    ("compiled sampler, fast lane, fused forward, worker thread", "1", "1", "1", "0"),
+    ("after: compiled sampler, fast lane, fused forward, on the loop thread", "1", "1", "1", "16"),
 ]
 
 
@@ -139,11 +142,12 @@ def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str,
     spec = StepSpec(rate_rps=0.0, duration_s=60.0, max_requests=count, concurrency=1)
     out: dict[str, dict[str, float]] = {}
     servers = [("trivial FastAPI endpoint", "trivial", {}, {})]
-    for label, sampler, lane, fused in SERVERS:
+    for label, sampler, lane, fused, inline in SERVERS:
         env = {
             "GNNAAS_FAST_SAMPLER": sampler,
             "GNNAAS_FAST_LANE": lane,
             "GNNAAS_FUSED_FORWARD": fused,
+            "GNNAAS_INLINE_MAX_NODES": inline,
         }
         env["GNNAAS_TORCH_THREADS"] = "1"
         servers.append((f"gnnaas, {label}", "gnnaas", env, {"X-Variant": variant}))

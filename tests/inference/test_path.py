@@ -140,3 +140,26 @@ def test_cuda_path_matches_cpu(store: GraphStore) -> None:
         assert logits.device.type == "cpu"
         assert torch.allclose(logits, cpu.run(seeds).logits, atol=1e-4)
         assert min(times.gather_ms, times.compute_ms, times.copy_ms) >= 0
+
+
+def test_gathers_reuse_one_buffer_up_to_its_limit(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gnnaas.inference.path as path_module
+
+    path = _path(store)
+    big, small = torch.arange(0, 200), torch.tensor([7, 3, 250])
+    first = path._gather(big)
+    storage = first.untyped_storage().data_ptr()
+    assert torch.equal(first, path.features[big])
+    again = path._gather(small)  # a smaller batch: the same buffer, no new allocation
+    assert again.untyped_storage().data_ptr() == storage
+    assert torch.equal(again, path.features[small])
+    # The answers do not depend on what the buffer held before.
+    fresh = _path(store).run(torch.tensor([5, 9])).logits
+    torch.testing.assert_close(path.run(torch.tensor([5, 9])).logits, fresh)
+    # Past the limit a gather gets its own tensor and the kept buffer stays as it was.
+    monkeypatch.setattr(path_module, "GATHER_BUFFER_LIMIT_BYTES", 4 * path.features.size(1) * 10)
+    own = path._gather(big)
+    assert own.untyped_storage().data_ptr() != storage and torch.equal(own, path.features[big])
+    assert path._gather(small).untyped_storage().data_ptr() == storage
