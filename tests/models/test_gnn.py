@@ -103,12 +103,17 @@ def test_sampler_blocks_with_all_neighbors_match_full_graph(arch: str) -> None:
     )
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["index_add", "csr"])
 @pytest.mark.parametrize("family", ["gnnaas", "pyg"])
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("num_layers", [1, 2, 3])
 def test_fused_eval_layers_compute_the_pyg_convolutions(
-    family: str, arch: str, num_layers: int
+    family: str, arch: str, num_layers: int, sparse: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import gnnaas.models.base as base
+
+    # Every block through the sparse product (large blocks) or none (a served request's).
+    monkeypatch.setattr(base, "SPARSE_MIN_ELEMENTS", 0 if sparse else 1 << 60)
     torch.manual_seed(1)
     model = build_model(arch, IN, HIDDEN, OUT, num_layers=num_layers, family=family).eval()
     model.fused_eval = True  # whatever GNNAAS_FUSED_FORWARD says
