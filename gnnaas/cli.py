@@ -216,6 +216,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             args.model_config,
             seed=_serving_pipeline()["sampler_seed"],
             device=str(device),
+            force=force,
         )
         _say(
             args,

@@ -576,8 +576,8 @@ def _warn_if_busy() -> None:
     if load > cores and threads > 1:
         _log.warning(
             "the machine is busy (load average %.1f on %d cores): with %d torch threads the "
-            "timings will be inflated and noisy; profile with one thread (OMP_NUM_THREADS=1) "
-            "or on a quiet machine",
+            "timings will be inflated and noisy; profile with one thread (`gnnaas --threads 1 "
+            "profile ...`) or on a quiet machine",
             load,
             cores,
             threads,

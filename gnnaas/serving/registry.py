@@ -393,9 +393,14 @@ class VariantRegistry:
                 )
                 profiled = str(profile.summary.get("date", "")) if profile is not None else ""
                 if _iso_utc(profiled) and _iso_utc(m.created) and profiled < m.created:
-                    notes.append(
-                        f"variant {name}/{m.variant_id}: its profile ({profiled}) predates the "
-                        f"variant ({m.created}); run `gnnaas profile --dataset {name}`"
+                    # The profile is another model's (a regenerated or replaced variant): its
+                    # accuracy would break the tolerance promise, so the policy does not use it.
+                    profile, reason = (
+                        None,
+                        (
+                            f"its profile ({profiled}) predates the variant ({m.created}); run "
+                            f"`gnnaas profile --dataset {name}`"
+                        ),
                     )
                 variants.append(
                     ServingVariant(

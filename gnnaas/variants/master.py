@@ -226,6 +226,7 @@ def import_master(
     seed: int = 0,
     batch_size: int = 1024,
     device: str = "cpu",
+    force: bool = False,
 ) -> tuple[Manifest, GNN]:
     """Stores the user's model as ``<arch>-full-1x`` of ``store``, evaluated as it will be served.
 
@@ -239,13 +240,15 @@ def import_master(
         seed (int, optional): the serving sampler's seed. (default: ``0``)
         batch_size (int, optional): evaluation batch size. (default: ``1024``)
         device (str, optional): where to evaluate. (default: ``"cpu"``)
+        force (bool, optional): replace an existing ``<arch>-full-1x``. (default: ``False``)
 
     Returns:
         tuple[Manifest, GNN]: the stored manifest and the model (CPU, eval mode).
 
     Raises:
         ConfigError: a bad config or weights file, a model that does not fit the dataset
-            (input width, classes), or fanouts that are not one per layer.
+            (input width, classes), fanouts that are not one per layer, or an existing 1x
+            variant without ``force``.
     """
     from gnnaas.variants.training import evaluate
 
@@ -268,6 +271,12 @@ def import_master(
             f"weights agree), but dataset '{store.name}' has {store.num_classes} classes"
         )
     fanouts = _fanouts(fanouts, config.num_layers)
+    existing = f"{config.arch.value}-{FULL_RANKING}-1x"
+    if not force and repo.path(store.name, existing).exists():
+        raise ConfigError(
+            f"variant {existing} of {store.name} exists; pass --force to replace it with your "
+            "model (its pruned variants are then retrained and must be profiled again)"
+        )
     model.load_state_dict(state, strict=True)
     model.eval()
 

@@ -98,12 +98,19 @@ def test_nothing_to_serve_is_a_config_error(tmp_path: Path, stores: dict[str, An
         VariantRegistry.load(_settings(tmp_path))
 
 
-def test_stale_profile_is_noted(tmp_path: Path, stores: dict[str, Any]) -> None:
+def test_a_profile_older_than_its_variant_is_not_routed(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
     stores["tiny"] = tiny_store()
     _, profiles_dir = write_tiny_repository(tmp_path, stores["tiny"])
     table = profiles_dir / "tiny" / "profiles.csv"
+    fresh = VariantRegistry.load(_settings(tmp_path))
+    assert len(fresh.datasets["tiny"].candidates) == 2 and not fresh.notes
+    # Profiled before the variants were (re)created: the accuracies are another model's.
     table.write_text(table.read_text().replace("2099-01-01", "2001-01-01"))
-    registry = VariantRegistry.load(_settings(tmp_path))
-    assert len(registry.datasets["tiny"].candidates) == 2  # still routed
-    assert len(registry.notes) == 2
-    assert "its profile (2001-01-01T00:00:00Z) predates the variant" in registry.notes[0]
+    with pytest.raises(ConfigError, match="nothing to serve") as refused:
+        VariantRegistry.load(_settings(tmp_path))
+    message = str(refused.value)
+    for variant in ("sage-full-1x", "sage-random-4x"):
+        assert f"{variant}: its profile (2001-01-01T00:00:00Z) predates the variant" in message
+    assert "run `gnnaas profile --dataset tiny`" in message

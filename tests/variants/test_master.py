@@ -317,3 +317,24 @@ def test_a_user_trained_variant_is_added_with_its_columns_in_order(
     refused(json.dumps([0, 1, 2]), f"in_channels={len(kept)} (and the weights agree), but --kept")
     refused(json.dumps(list(range(f))), "keeps every feature: that is a master model")
     assert [m.variant_id for m in repo.list(small_store.name)] == [manifest.variant_id]
+
+
+def test_an_existing_1x_variant_is_replaced_only_with_force(
+    tmp_path: Path, small_store: Any
+) -> None:
+    f, c = small_store.num_features, small_store.num_classes
+    fields = {"class": "GraphSAGE", "in_channels": f, "hidden_channels": 8, "num_layers": 2}
+    cfg = _config(tmp_path / "sage.json", **fields, out_channels=c)
+    repo = VariantRepository(tmp_path / "variants")
+    paths = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        paths.append(tmp_path / f"sage{seed}.safetensors")
+        save_file(GraphSAGE(f, 8, num_layers=2, out_channels=c).state_dict(), str(paths[-1]))
+    first, _ = import_master(small_store, repo, paths[0], cfg)
+    with pytest.raises(ConfigError, match="variant sage-full-1x of .* exists; pass --force"):
+        import_master(small_store, repo, paths[1], cfg)
+    assert repo.manifest(small_store.name, "sage-full-1x").weights_sha256 == first.weights_sha256
+    second, _ = import_master(small_store, repo, paths[1], cfg, force=True)
+    assert second.weights_sha256 != first.weights_sha256
+    assert repo.manifest(small_store.name, "sage-full-1x").weights_sha256 == second.weights_sha256
