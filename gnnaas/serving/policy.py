@@ -64,6 +64,7 @@ __all__ = [
     "VariantLoad",
     "admitting_tolerances",
     "candidates_within",
+    "fastest_everywhere",
     "select_admitted",
     "select_variant",
 ]
@@ -424,6 +425,29 @@ def select_variant(
     """
     admitted = candidates_within(candidates, request.effective_tolerance)
     return select_admitted(request, admitted, snapshot, tie_margin=tie_margin)
+
+
+def fastest_everywhere(admitted: Sequence[Candidate]) -> frozenset[str]:
+    """The candidates whose service curve is at most every other's at every batch size.
+
+    Candidates of one dataset share the device (one speed factor) and the work ahead, so such a
+    candidate has the smallest predicted completion for any stream and request size. When the
+    dataset's busy stream is on it (and its queue has room), :func:`select_admitted` keeps it
+    whatever the load, which lets the router decide without reading the load.
+    """
+    out = set()
+    for c in admitted:
+        mine = c.service
+        if all(
+            all(
+                mine.predict(b) <= o.service.predict(b)
+                for b in (*mine.batch_sizes, *o.service.batch_sizes)
+            )
+            for o in admitted
+            if o is not c
+        ):
+            out.add(c.variant_id)
+    return frozenset(out)
 
 
 def select_admitted(

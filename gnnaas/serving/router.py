@@ -57,6 +57,7 @@ from gnnaas.serving.policy import (
     Selection,
     VariantLoad,
     candidates_within,
+    fastest_everywhere,
     select_admitted,
 )
 from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
@@ -286,8 +287,11 @@ class Router:
         self._groups: tuple[dict[tuple[str, str], Lane], dict[str, Any]] = ({}, {})
         self.speed = Speed(settings.load_ewma_alpha)
         self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
+        # (dataset, tolerance) -> (the candidates it was computed from, the admitted ones, the
+        # admitted ones fastest at every batch size)
         self._admitted: dict[
-            tuple[str, float], tuple[tuple[Candidate, ...], tuple[Candidate, ...]]
+            tuple[str, float],
+            tuple[tuple[Candidate, ...], tuple[Candidate, ...], frozenset[str]],
         ] = {}
         self._gate: asyncio.Semaphore | None = None
         # Lanes of a previous generation still serving the requests queued on them.
@@ -522,15 +526,31 @@ class Router:
         The set depends on the profiles and the tolerance only, so it is computed once per
         tolerance (and again when the dataset's candidates are replaced).
         """
+        return self._admitted_entry(dataset, tolerance)[1]
+
+    def _admitted_entry(
+        self, dataset: ServedDataset, tolerance: float
+    ) -> tuple[tuple[Candidate, ...], tuple[Candidate, ...], frozenset[str]]:
         key = (dataset.name, tolerance)
         hit = self._admitted.get(key)
         if hit is not None and hit[0] is dataset.candidates:
-            return hit[1]
+            return hit
         admitted = tuple(candidates_within(dataset.candidates, tolerance))
         if len(self._admitted) >= _ADMITTED_CACHE_SIZE:
             self._admitted.clear()
-        self._admitted[key] = (dataset.candidates, admitted)
-        return admitted
+        entry = (dataset.candidates, admitted, fastest_everywhere(admitted))
+        self._admitted[key] = entry
+        return entry
+
+    def _busy_with_room(self, dataset: ServedDataset, variant_id: str, num_nodes: int) -> bool:
+        """Whether ``variant_id``'s lane runs or holds work (the stream is on it) and its queue
+        takes ``num_nodes`` more."""
+        lane = self._lanes.get((dataset.name, variant_id))
+        if lane is None:
+            return False
+        b = lane.batcher
+        busy = b.in_flight_since is not None or b.queued_nodes > 0
+        return busy and b.room_nodes >= num_nodes
 
     def queue_depths(self) -> Iterator[QueueDepth]:
         """Queued and running nodes of every variant (read by ``/metrics``)."""
@@ -564,12 +584,19 @@ class Router:
                 )
             return variant, None
         request = RequestSpec(num_nodes, tolerance, slo_ms)
-        admitted = self.admitted(dataset, request.effective_tolerance)
-        if len(admitted) == 1 and slo_ms is None:
-            # Nothing to choose (e.g. tolerance 0 with no tied variant): no load to read.
-            only = admitted[0].variant_id
-            self._last[dataset.name] = only
-            return dataset.variants[only], Selection(only, math.nan, math.nan, None, (only,))
+        _, admitted, fastest = self._admitted_entry(dataset, request.effective_tolerance)
+        if slo_ms is None:
+            # Decisions that need no load (every request runs this; Selection times unknown):
+            # one admissible variant (e.g. tolerance 0 with no tied variant), or a busy stream
+            # on the variant that is fastest at every size, which the policy keeps (see
+            # fastest_everywhere).
+            keep = admitted[0].variant_id if len(admitted) == 1 else self._last.get(dataset.name)
+            if len(admitted) == 1 or (
+                keep in fastest and self._busy_with_room(dataset, keep, num_nodes)
+            ):
+                self._last[dataset.name] = keep
+                considered = tuple(c.variant_id for c in admitted)
+                return dataset.variants[keep], Selection(keep, math.nan, math.nan, None, considered)
         selection = select_admitted(
             request,
             admitted,

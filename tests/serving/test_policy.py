@@ -18,6 +18,8 @@ from gnnaas.serving.policy import (
     ServiceCurve,
     VariantLoad,
     candidates_within,
+    fastest_everywhere,
+    select_admitted,
     select_variant,
 )
 
@@ -497,3 +499,37 @@ def test_admitting_tolerances_are_exactly_where_the_rule_admits() -> None:
             if at > 0:  # and not a hair below
                 below = {x.variant_id for x in candidates_within(cands, max(at - 1e-3, 0.0))}
                 assert c.variant_id not in below, (trial, c, at)
+
+
+def test_fastest_everywhere_needs_the_smallest_time_at_every_size() -> None:
+    cands = _candidates()
+    assert fastest_everywhere(cands) == {"sage-lasso-8x"}
+    assert fastest_everywhere(cands[:2]) == {"sage-lasso-2x"}
+    # Faster for one node, slower for large batches: no one is fastest everywhere.
+    crossing = Candidate("sage-random-8x", 80.0, ServiceCurve((1, 64, 1024), (0.5, 2.0, 40.0)))
+    assert fastest_everywhere([*cands, crossing]) == frozenset()
+    same = Candidate("sage-random-2x", 84.0, ServiceCurve((1, 1024), (1.0, 18.0)))
+    assert fastest_everywhere([*cands, same]) == {"sage-lasso-8x", "sage-random-2x"}
+
+
+def test_a_busy_stream_on_the_fastest_everywhere_is_kept_whatever_the_load() -> None:
+    """What lets the router skip the load on such a stream: the full rule picks it for any load."""
+    cands = _candidates()
+    fastest = next(iter(fastest_everywhere(cands)))
+    for waiting in (0, 1, 7, 100, 5000):
+        for running in (0, 3, 900):
+            for ahead in (0.0, 0.5, 40.0):
+                for margin in (0.0, 0.1, 0.5):
+                    snap = LoadSnapshot(
+                        ahead_ms=ahead,
+                        waiting_nodes=waiting,
+                        running_nodes=running or (0 if waiting else 1),
+                        variants={c.variant_id: VariantLoad(speed=1.3) for c in cands},
+                        max_batch_nodes=1024,
+                        current=fastest,
+                    )
+                    for nodes in (1, 64, 2000):
+                        picked = select_admitted(
+                            RequestSpec(nodes, 50.0, None), cands, snap, tie_margin=margin
+                        )
+                        assert picked.variant_id == fastest

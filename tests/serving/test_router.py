@@ -265,3 +265,32 @@ async def test_admitted_sets_are_cached_per_tolerance_and_follow_new_profiles(
     for i in range(1000):
         router.admitted(ds, i / 7)
     assert len(router._admitted) <= 256
+
+
+async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_the_load(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = Router(toy[0], Settings(warmup=False))
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    fastest = slow_id  # the toy's 8x: the smallest curve at every size, admitted at 50 points
+    model = toy[1][fastest]
+    try:
+        full = core.select(ds, 1, tolerance=50.0)  # idle: the policy reads the load
+        assert full[0].variant_id == fastest and not math.isnan(full[1].predicted_ms)
+        with held(model) as gate:
+            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=fastest))
+            await _until(model.entered.is_set)
+            expected = core.select(ds, 3, tolerance=50.0)[1]  # busy on the fastest: kept
+            calls = []
+            monkeypatch.setattr(core, "load_snapshot", lambda *a, **k: calls.append(a))
+            variant, selection = core.select(ds, 3, tolerance=50.0)
+            assert variant.variant_id == expected.variant_id == fastest and calls == []
+            assert selection.considered == expected.considered
+            # With an SLO the load is read.
+            monkeypatch.undo()
+            assert core.select(ds, 3, tolerance=50.0, slo_ms=100.0)[1].meets_slo is True
+            gate.set()
+            await running
+    finally:
+        await core.stop()
