@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GINConv
 
-from gnnaas.models.base import GNN, Arch, neighbor_sum
+from gnnaas.models.base import GNN, Arch, aggregate_neighbors
 
 if TYPE_CHECKING:
     from gnnaas.sampling import Block
@@ -23,7 +23,7 @@ def gin_fused_layer(conv: GINConv, x: Tensor, block: Block) -> Tensor | None:
     if conv.aggr != "add":
         return None
     num_dst = int(block.size[1])
-    h = neighbor_sum(x, block)  # [num_dst, F]
+    h = aggregate_neighbors(x, block)  # [num_dst, F]
     h += (1 + conv.eps) * x[:num_dst]
     return cast(Tensor, conv.nn(h))
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
-from gnnaas.models.base import GNN, Arch, neighbor_sum
+from gnnaas.models.base import GNN, Arch, aggregate_neighbors
 
 if TYPE_CHECKING:
     from gnnaas.sampling import Block
@@ -49,11 +49,7 @@ class SAGE(GNN):
         if conv.project or conv.normalize or not conv.root_weight or conv.aggr != "mean":
             return None  # not the layout this computes: PyG's convolution runs it
         num_dst = int(block.size[1])
-        agg = neighbor_sum(x, block)  # [num_dst, F]
-        dst = block.edge_index[1]
-        # index_add_, not bincount: no device->host sync on CUDA
-        degree = agg.new_zeros(num_dst).index_add_(0, dst, agg.new_ones(dst.numel()))
-        agg.div_(degree.clamp_(min=1).unsqueeze(1))
+        agg = aggregate_neighbors(x, block, mean=True)  # [num_dst, F]
         weight, bias = conv.lin_l.weight, conv.lin_l.bias
         out = agg @ weight.t() if bias is None else torch.addmm(bias, agg, weight.t())
         return out.addmm_(x[:num_dst], conv.lin_r.weight.t())  # [num_dst, F_l]

@@ -271,11 +271,11 @@ def import_master(
             f"weights agree), but dataset '{store.name}' has {store.num_classes} classes"
         )
     fanouts = _fanouts(fanouts, config.num_layers)
-    existing = f"{config.arch.value}-{FULL_RANKING}-1x"
-    if not force and repo.path(store.name, existing).exists():
+    spec = VariantSpec(store.name, config.arch.value, FULL_RANKING, 1)
+    if not force and repo.path(store.name, spec.variant_id).exists():
         raise ConfigError(
-            f"variant {existing} of {store.name} exists; pass --force to replace it with your "
-            "model (its pruned variants are then retrained and must be profiled again)"
+            f"variant {spec.variant_id} of {store.name} exists; pass --force to replace it with "
+            "your model (its pruned variants are then retrained and must be profiled again)"
         )
     model.load_state_dict(state, strict=True)
     model.eval()
@@ -297,7 +297,6 @@ def import_master(
             else math.nan
         )
     model = model.cpu().eval()
-    spec = VariantSpec(store.name, config.arch.value, FULL_RANKING, 1)
     manifest = Manifest(
         format=MANIFEST_FORMAT,
         dataset=store.name,
