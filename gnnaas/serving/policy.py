@@ -48,7 +48,7 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -64,6 +64,7 @@ __all__ = [
     "VariantLoad",
     "admitting_tolerances",
     "candidates_within",
+    "choice_without_load",
     "fastest_everywhere",
     "select_admitted",
     "select_variant",
@@ -307,7 +308,7 @@ class Selection:
     Args:
         variant_id (str): the chosen variant.
         predicted_ms (float): its predicted completion time (queue wait + service time); NaN
-            when the router had only one admissible variant and no SLO (nothing was predicted).
+            when the choice needed no load (:func:`choice_without_load`: nothing was predicted).
         wait_ms (float): the queue wait part of ``predicted_ms`` (NaN likewise).
         meets_slo (bool | None): whether the prediction meets the SLO (``None`` without an SLO).
         considered (tuple[str, ...]): the admissible candidates, most accurate first.
@@ -431,9 +432,7 @@ def fastest_everywhere(admitted: Sequence[Candidate]) -> frozenset[str]:
     """The candidates whose service curve is at most every other's at every batch size.
 
     Candidates of one dataset share the device (one speed factor) and the work ahead, so such a
-    candidate has the smallest predicted completion for any stream and request size. When the
-    dataset's busy stream is on it (and its queue has room), :func:`select_admitted` keeps it
-    whatever the load, which lets the router decide without reading the load.
+    candidate has the smallest predicted completion for any stream and request size.
     """
     out = set()
     for c in admitted:
@@ -448,6 +447,31 @@ def fastest_everywhere(admitted: Sequence[Candidate]) -> frozenset[str]:
         ):
             out.add(c.variant_id)
     return frozenset(out)
+
+
+def choice_without_load(
+    request: RequestSpec,
+    admitted: Sequence[Candidate],
+    fastest: frozenset[str],
+    current: str | None,
+    busy_with_room: Callable[[str], bool],
+) -> str | None:
+    """The variant :func:`select_admitted` picks under any load, when the load cannot matter.
+
+    Without an SLO that is the one admissible variant, or the dataset's current stream variant
+    when it is among ``fastest`` (:func:`fastest_everywhere` of ``admitted``) and
+    ``busy_with_room(current)`` says its lane is busy (so the stream is kept) and takes the
+    request's nodes: it is then the smallest predicted completion, within any tie band, and kept.
+    ``None`` when the load must be read. A router deciding many requests skips the load snapshot
+    for these (tested against :func:`select_admitted` over a grid of loads).
+    """
+    if request.slo_ms is not None:
+        return None
+    if len(admitted) == 1:
+        return admitted[0].variant_id
+    if current is not None and current in fastest and busy_with_room(current):
+        return current
+    return None
 
 
 def select_admitted(

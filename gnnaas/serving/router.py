@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -57,6 +57,7 @@ from gnnaas.serving.policy import (
     Selection,
     VariantLoad,
     candidates_within,
+    choice_without_load,
     fastest_everywhere,
     select_admitted,
 )
@@ -84,6 +85,15 @@ _SCALE_BOUNDS = (0.1, 20.0)
 # Admissible sets kept per (dataset, tolerance); tolerances are numbers clients choose, so the
 # cache is emptied when it reaches this size instead of growing without bound.
 _ADMITTED_CACHE_SIZE = 256
+
+
+class _Admitted(NamedTuple):
+    """What the router keeps per (dataset, tolerance): derived from the candidates only."""
+
+    source: tuple[Candidate, ...]  # the dataset's candidates it was computed from
+    admitted: tuple[Candidate, ...]  # most accurate first
+    ids: tuple[str, ...]  # their variant ids, in that order
+    fastest: frozenset[str]  # policy.fastest_everywhere(admitted)
 
 
 class NotFoundError(ConfigError, LookupError):
@@ -287,12 +297,7 @@ class Router:
         self._groups: tuple[dict[tuple[str, str], Lane], dict[str, Any]] = ({}, {})
         self.speed = Speed(settings.load_ewma_alpha)
         self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
-        # (dataset, tolerance) -> (the candidates it was computed from, the admitted ones, the
-        # admitted ones fastest at every batch size)
-        self._admitted: dict[
-            tuple[str, float],
-            tuple[tuple[Candidate, ...], tuple[Candidate, ...], frozenset[str]],
-        ] = {}
+        self._admitted: dict[tuple[str, float], _Admitted] = {}  # by (dataset, tolerance)
         self._gate: asyncio.Semaphore | None = None
         # Lanes of a previous generation still serving the requests queued on them.
         self._draining: list[Lane] = []
@@ -526,20 +531,22 @@ class Router:
         The set depends on the profiles and the tolerance only, so it is computed once per
         tolerance (and again when the dataset's candidates are replaced).
         """
-        return self._admitted_entry(dataset, tolerance)[1]
+        return self._admitted_entry(dataset, tolerance).admitted
 
-    def _admitted_entry(
-        self, dataset: ServedDataset, tolerance: float
-    ) -> tuple[tuple[Candidate, ...], tuple[Candidate, ...], frozenset[str]]:
+    def _admitted_entry(self, dataset: ServedDataset, tolerance: float) -> _Admitted:
         key = (dataset.name, tolerance)
         hit = self._admitted.get(key)
-        if hit is not None and hit[0] is dataset.candidates:
+        if hit is not None and hit.source is dataset.candidates:
             return hit
         admitted = tuple(candidates_within(dataset.candidates, tolerance))
         if len(self._admitted) >= _ADMITTED_CACHE_SIZE:
             self._admitted.clear()
-        entry = (dataset.candidates, admitted, fastest_everywhere(admitted))
-        self._admitted[key] = entry
+        entry = self._admitted[key] = _Admitted(
+            dataset.candidates,
+            admitted,
+            tuple(c.variant_id for c in admitted),
+            fastest_everywhere(admitted),
+        )
         return entry
 
     def _busy_with_room(self, dataset: ServedDataset, variant_id: str, num_nodes: int) -> bool:
@@ -584,25 +591,24 @@ class Router:
                 )
             return variant, None
         request = RequestSpec(num_nodes, tolerance, slo_ms)
-        _, admitted, fastest = self._admitted_entry(dataset, request.effective_tolerance)
-        if slo_ms is None:
-            # Decisions that need no load (every request runs this; Selection times unknown):
-            # one admissible variant (e.g. tolerance 0 with no tied variant), or a busy stream
-            # on the variant that is fastest at every size, which the policy keeps (see
-            # fastest_everywhere).
-            keep = admitted[0].variant_id if len(admitted) == 1 else self._last.get(dataset.name)
-            if len(admitted) == 1 or (
-                keep in fastest and self._busy_with_room(dataset, keep, num_nodes)
-            ):
-                self._last[dataset.name] = keep
-                considered = tuple(c.variant_id for c in admitted)
-                return dataset.variants[keep], Selection(keep, math.nan, math.nan, None, considered)
-        selection = select_admitted(
+        entry = self._admitted_entry(dataset, request.effective_tolerance)
+        # Every request runs this: a choice that no load can change reads none.
+        keep = choice_without_load(
             request,
-            admitted,
-            self.load_snapshot(dataset, (c.variant_id for c in admitted)),
-            tie_margin=self.settings.tie_margin,
+            entry.admitted,
+            entry.fastest,
+            self._last.get(dataset.name),
+            lambda v: self._busy_with_room(dataset, v, num_nodes),
         )
+        if keep is not None:
+            selection = Selection(keep, math.nan, math.nan, None, entry.ids)
+        else:
+            selection = select_admitted(
+                request,
+                entry.admitted,
+                self.load_snapshot(dataset, entry.ids),
+                tie_margin=self.settings.tie_margin,
+            )
         self._last[dataset.name] = selection.variant_id
         return dataset.variants[selection.variant_id], selection
 

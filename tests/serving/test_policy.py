@@ -18,6 +18,7 @@ from gnnaas.serving.policy import (
     ServiceCurve,
     VariantLoad,
     candidates_within,
+    choice_without_load,
     fastest_everywhere,
     select_admitted,
     select_variant,
@@ -529,7 +530,33 @@ def test_a_busy_stream_on_the_fastest_everywhere_is_kept_whatever_the_load() -> 
                         current=fastest,
                     )
                     for nodes in (1, 64, 2000):
-                        picked = select_admitted(
-                            RequestSpec(nodes, 50.0, None), cands, snap, tie_margin=margin
-                        )
+                        request = RequestSpec(nodes, 50.0, None)
+                        picked = select_admitted(request, cands, snap, tie_margin=margin)
                         assert picked.variant_id == fastest
+                        shortcut = choice_without_load(
+                            request, cands, fastest_everywhere(cands), fastest, lambda v: True
+                        )
+                        assert shortcut == fastest
+
+
+def test_choice_without_load_reads_the_load_whenever_it_could_matter() -> None:
+    cands, fastest = _candidates(), frozenset({"sage-lasso-8x"})
+    busy = {"sage-lasso-8x"}.__contains__
+    assert choice_without_load(RequestSpec(1, 0.0, None), cands[:1], fastest, None, busy) == (
+        "sage-full-1x"
+    )  # one admissible variant
+    assert (
+        choice_without_load(RequestSpec(1, 50.0, 5.0), cands, fastest, "sage-lasso-8x", busy)
+        is None
+    )
+    assert choice_without_load(RequestSpec(1, 50.0, None), cands, fastest, None, busy) is None
+    assert (
+        choice_without_load(RequestSpec(1, 50.0, None), cands, fastest, "sage-lasso-2x", busy)
+        is None
+    )
+    assert (
+        choice_without_load(
+            RequestSpec(1, 50.0, None), cands, fastest, "sage-lasso-8x", lambda v: False
+        )
+        is None
+    )  # idle: ties go to the more accurate, the load decides
