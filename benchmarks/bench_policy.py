@@ -46,13 +46,10 @@ import os
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -166,22 +163,15 @@ def run_slice(
 def merge_slices(slices: Sequence[StepResult]) -> dict[str, Any]:
     """One step's figures from its slices: answers over the slices' summed wall time, and
     percentiles over all their requests together."""
-    ok = sum(int(r.ok.sum()) for r in slices)
-    wall = sum(r.wall_s for r in slices)
-    sent = sum(r.sent for r in slices)
-    status = np.concatenate([r.status for r in slices])
-    latency = np.concatenate([r.latency_ms[r.status != 503] for r in slices])
-    served: Counter[str] = Counter()
-    for r in slices:
-        served.update(r.variants_served())
+    step = StepResult.merged(slices)
     return {
-        "concurrency": slices[0].spec.concurrency,
+        "concurrency": step.spec.concurrency,
         "slices": len(slices),
-        "throughput_rps": ok / wall if wall > 0 else 0.0,
-        "p50_ms": float(np.percentile(latency, 50, method="higher")) if latency.size else math.nan,
-        "p99_ms": float(np.percentile(latency, 99, method="higher")) if latency.size else math.nan,
-        "errors": float((status != 200).sum()) / max(sent, 1),
-        "variants": dict(served),
+        "throughput_rps": step.throughput_rps,
+        "p50_ms": step.percentile(50),
+        "p99_ms": step.percentile(99),
+        "errors": step.error_share + step.rejected_share,
+        "variants": dict(step.variants_served()),
     }
 
 

@@ -178,6 +178,25 @@ class StepResult:
             parse_server_timing(t) for t, good in zip(self.server_timing, ok, strict=True) if good
         ]
 
+    @classmethod
+    def merged(cls, parts: Sequence[StepResult]) -> StepResult:
+        """One result of several steps of the same kind (slices of one step run apart): their
+        requests together over their summed wall time."""
+        if not parts:
+            raise ValueError("StepResult.merged needs at least one part")
+        return cls(
+            parts[0].spec,
+            sum(r.sent for r in parts),
+            sum(r.wall_s for r in parts),
+            np.concatenate([r.latency_ms for r in parts]),
+            np.concatenate([r.lag_ms for r in parts]),
+            np.concatenate([r.status for r in parts]),
+            [v for r in parts for v in r.variant],
+            [t for r in parts for t in r.server_timing],
+            [b for r in parts for b in r.bodies],
+            sum(r.client_cpu_s for r in parts),
+        )
+
     def summary(self) -> dict[str, float]:
         """The headline figures of the step."""
         return {
