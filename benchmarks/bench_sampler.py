@@ -1,6 +1,9 @@
-"""Throughput of the neighbor sampler: sampled edges per second on synth-flickr and synth-reddit.
+"""Throughput of the samplers: sampled edges per second on synth-flickr and synth-reddit.
 
-For each graph and mode (random, consistent) it samples batches of random seeds (batch 1024,
+Modes: ``random`` and ``consistent`` are :class:`NeighborSampler` (training, and the ``shared``
+serving mode); ``depth`` is the serving sampler (:class:`DepthSampler`, compiled kernel when numba
+is installed) and ``depth-torch`` the same sampler on its torch path (``GNNAAS_FAST_SAMPLER=0``).
+For each graph and mode it samples batches of random seeds (batch 1024,
 fanouts (25, 10) by default) after a warm-up and prints sampled edges/s, batches/s and the p50/p95
 wall time per batch, plus sampled edges per second of the thread's own CPU time ("cpu Medges/s"),
 which stays meaningful when other processes share the cores. Graphs come from
@@ -26,7 +29,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gnnaas.sampling import NeighborSampler  # noqa: E402
+from gnnaas.sampling import DepthSampler, NeighborSampler, fastpath  # noqa: E402
+
+MODES = ("random", "consistent", "depth", "depth-torch")
 
 # nodes, (directed) edges of the presets in ARCHITECTURE.md §3
 PRESETS = {"flickr": (89_250, 899_756), "reddit": (232_965, 11_606_919)}
@@ -73,8 +78,17 @@ def load_graph(preset: str, synthetic_only: bool) -> tuple[torch.Tensor, torch.T
     return rowptr, col, "power-law fallback"
 
 
+def build_sampler(
+    mode: str, rowptr: torch.Tensor, col: torch.Tensor, fanouts: list[int], seed: int
+) -> NeighborSampler | DepthSampler:
+    """The sampler a mode names (see the module docstring)."""
+    if mode in ("random", "consistent"):
+        return NeighborSampler(rowptr, col, fanouts, consistent=mode == "consistent", seed=seed)
+    return DepthSampler(rowptr, col, fanouts, seed=seed, fast_path=mode == "depth")
+
+
 def bench_case(
-    sampler: NeighborSampler,
+    sampler: NeighborSampler | DepthSampler,
     num_nodes: int,
     batch_size: int,
     warmup: int,
@@ -120,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "--datasets", nargs="+", default=["flickr", "reddit"], choices=sorted(PRESETS)
     )
     parser.add_argument(
-        "--modes", nargs="+", default=["random", "consistent"], choices=["random", "consistent"]
+        "--modes", nargs="+", default=list(MODES), choices=MODES, help="default: all"
     )
     parser.add_argument("--iters", type=int, default=None, help="timed batches per case")
     parser.add_argument(
@@ -136,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     warmup = 2 if args.quick else 5
     print(
         f"# torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch_size}, "
-        f"fanouts {tuple(args.fanouts)}, {iters} timed batches after {warmup} warm-up"
+        f"fanouts {tuple(args.fanouts)}, {iters} timed batches after {warmup} warm-up, "
+        f"compiled depth kernel {'on' if fastpath.available() else 'unavailable (numba missing)'}"
     )
     header = (
         f"{'dataset':<13} {'mode':<11} {'Medges/s':>9} {'batch/s':>8} {'p50 ms':>8} "
@@ -152,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(header)
         for mode in args.modes:
-            sampler = NeighborSampler(
-                rowptr, col, args.fanouts, consistent=mode == "consistent", seed=args.seed
-            )
+            sampler = build_sampler(mode, rowptr, col, args.fanouts, args.seed)
             r = bench_case(sampler, num_nodes, args.batch_size, warmup, iters, args.seed)
             print(
                 f"{'synth-' + preset:<13} {mode:<11} {r['edges_per_s'] / 1e6:>9.2f} "

@@ -85,7 +85,7 @@ def test_the_compiled_path_samples_the_same_trees(fanouts: tuple[int, ...]) -> N
     fast = DepthSampler(rowptr, col, fanouts, seed=5)
     slow = DepthSampler(rowptr, col, fanouts, seed=5, fast_path=False)
     g = torch.Generator().manual_seed(1)
-    for size in (0, 1, 2, 7, 64):
+    for size in (0, 1, 2, 7, 64, 150):
         seeds = torch.randperm(n, generator=g)[:size]
         a, b = fast.sample(seeds), slow.sample(seeds)
         assert a.n_id[:size].tolist() == seeds.tolist()
@@ -94,11 +94,39 @@ def test_the_compiled_path_samples_the_same_trees(fanouts: tuple[int, ...]) -> N
         assert [blk.size for blk in a.blocks] == [blk.size for blk in b.blocks]
         for blk_a, blk_b in zip(a.blocks, b.blocks, strict=True):  # same edges per layer
             assert blk_a.edge_index.size(1) == blk_b.edge_index.size(1)
-    # Above the fast path's batch size, the torch path serves; a seed's tree is the same.
+    # A seed's tree is the same alone and in a batch.
     many = torch.randperm(n, generator=g)[:100]
     alone = _tree(fast.sample(many[:1]))
     rows, edges = _tree(fast.sample(many))
     assert alone[0] <= rows and alone[1] <= edges
+
+
+def test_the_compiled_path_grows_its_room_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gnnaas.sampling import fastpath
+
+    if not fastpath.available():
+        pytest.skip("numba is not installed")
+    rowptr, col, n = _graph()  # mean in-degree 12.5: a guess of 1 neighbor per target is short
+    seeds = torch.arange(0, n, 3)
+    slow = DepthSampler(rowptr, col, (-1, -1), fast_path=False).sample(seeds)
+    caps: list[int] = []
+    kernel = fastpath._kernel
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        caps.append(args[-1])
+        return kernel(*args)
+
+    monkeypatch.setattr(fastpath, "_kernel", counted)
+    monkeypatch.setattr(fastpath, "_FULL_GUESS", 1)
+    sampler = DepthSampler(rowptr, col, (-1, -1))
+    assert _tree(sampler.sample(seeds)) == _tree(slow)
+    assert len(caps) > 1 and caps[1] == 4 * caps[0]  # retried with more room
+    monkeypatch.setattr(fastpath, "MAX_ENTRIES", 500)  # the tree has more rows than that
+    caps.clear()
+    fallback = sampler.sample(seeds)
+    assert caps[-1] == 500 and torch.equal(fallback.n_id, slow.n_id)  # torch path's row order
+    monkeypatch.setattr(fastpath, "MAX_ENTRIES", 1 << 26)
+    assert _tree(sampler.sample(seeds)) == _tree(slow)  # the failed calls left the map clean
 
 
 def test_a_model_answers_alike_on_both_paths() -> None:
