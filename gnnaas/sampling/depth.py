@@ -46,6 +46,7 @@ _MODES = ("depth", "shared")
 # Distinct, fixed keys per depth; depth d of seed s draws with seed s + d * _DEPTH_STRIDE.
 _DEPTH_STRIDE = 1_000_003
 
+
 class DepthSampler:
     """Consistent k-hop sampler with one row per (node, depth) (see the module docstring).
 

@@ -1,4 +1,4 @@
-"""A compiled (numba) depth sampler: the same sampled trees, microseconds for one seed, faster in bulk.
+"""A compiled (numba) depth sampler: the same sampled trees in microseconds, and faster in bulk.
 
 :class:`~gnnaas.sampling.DepthSampler`'s torch path runs a few dozen vectorized torch calls per
 batch; for one seed that is about a millisecond of per-call overhead around microseconds of work,
