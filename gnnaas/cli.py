@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import os
 import socket
@@ -408,6 +409,23 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _serve_workers(args: argparse.Namespace, sock: socket.socket, given: dict[str, Any]) -> int:
+    """``serve --workers N``: N uvicorn processes on ``sock`` (:mod:`gnnaas.serving.workers`)."""
+    from gnnaas.serving.workers import run_workers
+
+    environment = {f"GNNAAS_{key.upper()}": _env_value(value) for key, value in given.items()}
+    _say(args, f"starting {args.workers} workers; each loads the variants")
+    run_workers(environment, sock, workers=args.workers)
+    return 0
+
+
+def _env_value(value: Any) -> str:
+    """A setting as its ``GNNAAS_*`` variable spells it (lists as JSON)."""
+    if isinstance(value, list | tuple):
+        return json.dumps([str(v) for v in value])
+    return str(value)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     sock = _bind(args.host, args.port)
     if args.check_port:
@@ -439,6 +457,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
             ) from None
+        if args.workers > 1:
+            return _serve_workers(args, sock, overrides)
         _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
         # SIGHUP and POST /v1/admin/reload reread the folders above; their outcome is logged.
         # A SIGHUP while the models load is ignored (they are being read fresh anyway).
@@ -757,6 +777,14 @@ def _build_parser() -> argparse.ArgumentParser:
         "--device",
         default=None,
         help="auto, cpu or cuda[:n] (default: $GNNAAS_DEVICE or auto)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="server processes sharing the port; graphs and features are memory-mapped once, "
+        "/metrics sums over them, SIGHUP to this process restarts them with fresh variants "
+        "(default: 1)",
     )
     _add_quiet(p)
     p.set_defaults(func=_cmd_serve)

@@ -58,7 +58,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import gnnaas
 from gnnaas.errors import ArtifactError, ConfigError, OverloadedError
 from gnnaas.serving.fastlane import try_predict
-from gnnaas.serving.metrics import ServingMetrics
+from gnnaas.serving.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.registry import VariantRegistry
 from gnnaas.serving.reload import RegistryLoader, Reloader
 from gnnaas.serving.router import ExecutorFactory, Router
@@ -336,6 +336,13 @@ def _install_sighup(reloader: Reloader) -> bool:
     return True
 
 
+async def _publish(metrics: ServingMetrics) -> None:
+    """Multiprocess mode: publishes this worker's scrape-time gauges until cancelled."""
+    while True:
+        metrics.publish()
+        await asyncio.sleep(PUBLISH_INTERVAL_S)
+
+
 def create_app(
     settings: Settings,
     registry: VariantRegistry | None = None,
@@ -390,6 +397,7 @@ def create_app(
         gc.freeze()
         _log.info("serving %s", ", ".join(core.registry.datasets))
         on_sighup = reload_on_sighup and _install_sighup(reloader)
+        publisher = asyncio.create_task(_publish(metrics)) if metrics.multiprocess else None
         try:
             yield
         finally:
@@ -398,6 +406,9 @@ def create_app(
             gc.unfreeze()
             await reloader.close()
             await core.stop()
+            if publisher is not None:
+                publisher.cancel()
+                metrics.retire()
 
     app = FastAPIOffline(
         title="gnnaas",

@@ -30,21 +30,46 @@ curve, no load factor) and measured batch time; ``gnnaas_batch_time_rel_error`` 
 relative error ``measured / predicted - 1`` (signed, and absolute) over the variant's recent
 batches (:class:`~gnnaas.serving.drift.DriftRecord`), read at scrape time; the ``*_scaled`` stats
 are the same against the router's prediction (the curve times the device's speed factor).
+
+Several worker processes (``gnnaas serve --workers N``) share prometheus-client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR`` set before the process starts): counters and histograms are summed
+over the workers, ``gnnaas_registry_generation`` is the largest live one, the load gauges are summed
+over live workers, and the drift gauges are one series per worker (a ``pid`` label). Those
+scrape-time values are published by each worker every :data:`PUBLISH_INTERVAL_S` (and by the
+worker answering the scrape at once), so another worker's figure can be that much old.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gnnaas.serving.drift import DriftRecord
 
-__all__ = ["CONTENT_TYPE", "QueueDepth", "ServingMetrics"]
+__all__ = ["CONTENT_TYPE", "PUBLISH_INTERVAL_S", "QueueDepth", "ServingMetrics", "multiprocess_dir"]
+
+PUBLISH_INTERVAL_S = 1.0
+"""How often a worker publishes its scrape-time gauges in multiprocess mode."""
+
+
+def multiprocess_dir() -> str | None:
+    """prometheus-client's multiprocess folder when this process runs in that mode."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return path if path and os.path.isdir(path) else None
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -171,14 +196,47 @@ class ServingMetrics:
         self.generation = Gauge(
             "gnnaas_registry_generation",
             "Generation of the served set of variants (1 at start, +1 per successful reload)",
+            multiprocess_mode="livemax",
             registry=r,
         )
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._drift: dict[tuple[str, str], DriftRecord] = {}
 
-        r.register(_QueueCollector(lambda: self._queue_source()))
-        r.register(_DriftCollector(self._drift))
+        self.multiprocess = multiprocess_dir() is not None
+        self._published: set[tuple[str, str]] = set()
+        if not self.multiprocess:
+            r.register(_QueueCollector(lambda: self._queue_source()))
+            r.register(_DriftCollector(self._drift))
+            return
+        self._queued = Gauge(
+            "gnnaas_queue_depth_nodes",
+            "Nodes waiting per variant",
+            labels,
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self._running = Gauge(
+            "gnnaas_in_flight_nodes",
+            "Nodes in the running batch",
+            labels,
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self._error = Gauge(
+            "gnnaas_batch_time_rel_error",
+            "Median relative error measured/predicted - 1 of recent batch times",
+            [*labels, "stat"],
+            multiprocess_mode="liveall",
+            registry=r,
+        )
+        self._samples = Gauge(
+            "gnnaas_batch_time_samples",
+            "Recent batches behind gnnaas_batch_time_rel_error",
+            labels,
+            multiprocess_mode="liveall",
+            registry=r,
+        )
 
     def bind_queues(self, source: Callable[[], Iterable[QueueDepth]]) -> None:
         """Sets where ``gnnaas_queue_depth_nodes`` and ``gnnaas_in_flight_nodes`` are read."""
@@ -250,6 +308,45 @@ class ServingMetrics:
         """
         self.rejections.labels(reason).inc()
 
+    def publish(self) -> None:
+        """Multiprocess mode: writes this worker's queue and drift figures where the other
+        workers' scrapes read them (a no-op in a single process, where they are read live)."""
+        if not self.multiprocess:
+            return
+        seen = set()
+        for q in self._queue_source():
+            key = (q.dataset, q.variant)
+            self._queued.labels(*key).set(q.queued_nodes)
+            self._running.labels(*key).set(q.in_flight_nodes)
+            seen.add(key)
+        for key in self._published - seen:  # variants retired by a reload carry no load
+            self._queued.labels(*key).set(0)
+            self._running.labels(*key).set(0)
+        self._published = seen
+        stats = (
+            ("median_abs", "median_abs_rel_error"),
+            ("median", "median_rel_error"),
+            ("median_abs_scaled", "median_abs_rel_error_scaled"),
+            ("median_scaled", "median_rel_error_scaled"),
+        )
+        for (dataset, variant), record in list(self._drift.items()):
+            summary = record.summary()
+            self._samples.labels(dataset, variant).set(summary["count"])
+            if summary["count"]:
+                for stat, field in stats:
+                    self._error.labels(dataset, variant, stat).set(summary[field])
+
+    def retire(self) -> None:
+        """Multiprocess mode: this worker is exiting; its live gauges leave the sums."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())
+
     def render(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition of every metric (of every worker in multiprocess
+        mode)."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self.publish()
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged)
+        return generate_latest(merged)

@@ -428,6 +428,10 @@ class VariantRegistry:
                     raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
                 notes.append(f"dataset {name} skipped: {problem}")
                 continue
+            if settings.shared_store_dir is not None:
+                from gnnaas.serving.workers import share_store
+
+                share_store(store, (v.kept_features for v in variants), settings.shared_store_dir)
             served.append(ServedDataset(name, store, {v.variant_id: v for v in variants}, factory))
             _log.info("dataset %s: %d variants loaded", name, len(variants))
         if not served:

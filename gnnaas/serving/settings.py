@@ -68,6 +68,10 @@ class Settings(BaseSettings):
             as long for the previous variants' queued requests. (default: ``30``)
         admin_token (SecretStr, optional): bearer token of the admin endpoints
             (``GNNAAS_ADMIN_TOKEN``); unset or empty, they answer 403. (default: ``None``)
+        shared_store_dir (Path, optional): memory-map the graph stores and pruned feature copies
+            through files in this folder so that several server processes share one copy
+            (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.workers`). (default:
+            ``None``: private tensors)
     """
 
     model_config = SettingsConfigDict(env_prefix="GNNAAS_", extra="forbid", frozen=True)
@@ -98,6 +102,7 @@ class Settings(BaseSettings):
     fast_lane: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None
+    shared_store_dir: Path | None = None
 
     @field_validator("admin_token", mode="before")
     @classmethod

@@ -10,7 +10,9 @@ the routes are off (403); a missing or wrong token gets 401 with ``WWW-Authentic
 ======  ===================================================================================
 status  when
 ======  ===================================================================================
-409     the files on disk cannot be served as they are now (a corrupt manifest or weights, a
+409     ``gnnaas serve --workers N`` runs this process as one of N workers: ``detail`` says to
+        send SIGHUP to the supervisor instead (reloading one worker would split the service);
+        or the files on disk cannot be served as they are now (a corrupt manifest or weights, a
         profile table that does not parse, a graph that cannot be read, nothing left to
         serve): the previous set is still served; ``detail`` names the file and the fix.
         Conflict, not 422: the request is fine, the repository's state is not; fix it and
@@ -28,6 +30,7 @@ reload that started after it asked.
 from __future__ import annotations
 
 import hmac
+import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -38,6 +41,7 @@ from gnnaas.serving.reload import Reloader, ReloadError
 from gnnaas.serving.routes.predict import REQUEST_ID_KEY
 from gnnaas.serving.schemas import ErrorResponse, ReloadResponse
 from gnnaas.serving.settings import Settings
+from gnnaas.serving.workers import SUPERVISOR_ENV
 
 __all__ = ["DISABLED_DETAIL", "require_admin", "router"]
 
@@ -107,6 +111,13 @@ async def reload(request: Request) -> Any:
     """Reloads variants, profiles and datasets from the server's folders, without downtime."""
     reloader: Reloader = request.app.state.reloader
     request_id = request.scope.get(REQUEST_ID_KEY, "-")
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    if supervisor:  # one of several workers: reloading only this one would split the service
+        detail = (
+            f"this server runs several worker processes; reload them all with SIGHUP to the "
+            f"`gnnaas serve` process (kill -HUP {supervisor}), which restarts them one by one"
+        )
+        return JSONResponse({"detail": detail}, status_code=409)
     try:
         # The trigger names the request id, so the reload's log lines carry it.
         summary = await reloader.reload(f"api, request id {request_id}")
