@@ -411,11 +411,17 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _serve_workers(args: argparse.Namespace, sock: socket.socket, given: dict[str, Any]) -> int:
     """``serve --workers N``: N uvicorn processes on ``sock`` (:mod:`gnnaas.serving.workers`)."""
-    from gnnaas.serving.workers import run_workers
+    from gnnaas.serving.workers import reuse_port_socket, run_workers
 
     environment = {f"GNNAAS_{key.upper()}": _env_value(value) for key, value in given.items()}
+    address, family = sock.getsockname(), sock.family
+    sock.close()  # the workers bind their own SO_REUSEPORT sockets to this address
+    try:
+        reuse_port_socket(address, family).close()
+    except OSError as exc:
+        raise ConfigError(f"serve: cannot share {args.host}:{args.port} ({exc.strerror})") from None
     _say(args, f"starting {args.workers} workers; each loads the variants")
-    run_workers(environment, sock, workers=args.workers)
+    run_workers(environment, address, family, workers=args.workers)
     return 0
 
 
