@@ -443,7 +443,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from pydantic import ValidationError
 
         from gnnaas.errors import ConfigError
-        from gnnaas.serving.app import create_app
         from gnnaas.serving.settings import Settings
 
         given = {
@@ -473,6 +472,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         logging.getLogger("gnnaas.serving.reload").setLevel(logging.INFO)
+        from gnnaas.serving.app import create_app
+
         app = create_app(settings, reload_on_sighup=True)
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="info", access_log=False

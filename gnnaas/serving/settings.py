@@ -17,8 +17,6 @@ from typing import Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gnnaas.inference.executor import INLINE_MAX_NODES
-
 __all__ = ["Settings"]
 
 
@@ -95,7 +93,9 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(default=1, ge=1)
     load_ewma_alpha: float = Field(default=0.2, gt=0.0, le=1.0)
     max_concurrent_batches: int = Field(default=1, ge=1)
-    inline_max_nodes: int = Field(default=INLINE_MAX_NODES, ge=0, le=1024)
+    # gnnaas.inference.INLINE_MAX_NODES, spelled out so that reading settings loads no torch (the
+    # supervisor of --workers stays small); a test keeps the two equal.
+    inline_max_nodes: int = Field(default=16, ge=0, le=1024)
     tie_margin: float = Field(default=0.1, ge=0.0, le=10.0)
     torch_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True

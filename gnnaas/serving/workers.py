@@ -32,12 +32,13 @@ import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import Tensor
 from uvicorn.supervisors import multiprocess
+
+if TYPE_CHECKING:  # torch is imported where a store is shared: the supervisor never loads it
+    from torch import Tensor
 
 __all__ = [
     "SHARED_STORE_ENV",
@@ -84,6 +85,8 @@ def _mapped(path: Path, tensor: Tensor) -> Tensor:
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.npy")  # np.save keeps a .npy name
         np.save(tmp, tensor.contiguous().numpy(), allow_pickle=False)
         os.replace(tmp, path)
+    import torch
+
     array = np.load(path, mmap_mode="c", allow_pickle=False)
     return torch.from_numpy(array)
 

@@ -132,3 +132,24 @@ def test_two_workers_share_the_port_the_store_and_the_metrics(
         assert "Traceback" not in log.read_text()
     finally:
         _stop(proc)
+
+
+def test_the_supervisor_side_loads_no_torch() -> None:
+    # The --workers supervisor reads the settings and runs uvicorn's supervisor: no torch, so it
+    # stays a few dozen MB next to workers that each hold the models.
+    code = (
+        "import sys, gnnaas.cli, gnnaas.serving.settings, gnnaas.serving.workers; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_settings_default_inline_batches_match_the_executor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gnnaas.inference import INLINE_MAX_NODES
+    from gnnaas.serving.settings import Settings
+
+    monkeypatch.delenv("GNNAAS_INLINE_MAX_NODES", raising=False)  # the serving tests set it
+    assert Settings().inline_max_nodes == INLINE_MAX_NODES
