@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -39,12 +40,32 @@ from gnnaas.sampling import fastpath
 from gnnaas.sampling.neighbor import NeighborSampler
 from gnnaas.sampling.subgraph import Block, SampledSubgraph
 
-__all__ = ["DepthSampler", "serving_sampler"]
+__all__ = ["DepthSampler", "LiveAdjacency", "serving_sampler"]
 
 _MODES = ("depth", "shared")
 
 # Distinct, fixed keys per depth; depth d of seed s draws with seed s + d * _DEPTH_STRIDE.
 _DEPTH_STRIDE = 1_000_003
+
+
+class LiveAdjacency(Protocol):
+    """What :class:`DepthSampler` reads from a live graph (:class:`gnnaas.data.live.LiveGraph`):
+    its node count, how many nodes it can hold, the overlay of changed and new nodes for the
+    compiled kernel, and the merged graph for the torch path. Read between writes only (the
+    server applies writes between batches)."""
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def version(self) -> int: ...
+
+    def overlay_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None: ...
+
+    def merged_csr(self) -> tuple[Tensor, Tensor]: ...
 
 
 class DepthSampler:
@@ -55,6 +76,11 @@ class DepthSampler:
         col (Tensor): ``[E]`` int64 in-neighbors.
         fanouts (Sequence[int]): neighbors per target for each hop, PyG order; ``-1`` keeps all.
         seed (int, optional): key of the draws. (default: ``0``)
+        fast_path (bool, optional): use the compiled kernel when it is available.
+            (default: ``True``)
+        live (LiveAdjacency, optional): the live graph over ``rowptr``/``col``: its changed and
+            new nodes are read from it, so a node's draws depend on (node, depth, its current
+            neighbors) and the sampler stays consistent per graph version. (default: ``None``)
     """
 
     def __init__(
@@ -65,13 +91,13 @@ class DepthSampler:
         *,
         seed: int = 0,
         fast_path: bool = True,
+        live: LiveAdjacency | None = None,
     ) -> None:
         self.fanouts = tuple(int(f) for f in fanouts)
         self.seed = seed
-        self._hops = [
-            NeighborSampler(rowptr, col, (k,), consistent=True, seed=seed + d * _DEPTH_STRIDE)
-            for d, k in enumerate(self.fanouts)
-        ]
+        self._live = live
+        self._hops = self._build_hops(rowptr, col)
+        self._hops_version = -1  # the live version _hops were built for (-1: the base graph)
         self._fast = None
         if fast_path and rowptr.device.type == "cpu" and fastpath.available():
             self._fast = (
@@ -79,11 +105,17 @@ class DepthSampler:
                 col.contiguous().numpy(),
                 np.asarray(self.fanouts, dtype=np.int64),
                 np.asarray([hop._keys[0] for hop in self._hops], dtype=np.uint64),
-                fastpath._Maps(rowptr.numel() - 1),
+                fastpath._Maps(rowptr.numel() - 1 if live is None else live.capacity),
             )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(fanouts={self.fanouts}, seed={self.seed})"
+
+    def _build_hops(self, rowptr: Tensor, col: Tensor) -> list[NeighborSampler]:
+        return [
+            NeighborSampler(rowptr, col, (k,), consistent=True, seed=self.seed + d * _DEPTH_STRIDE)
+            for d, k in enumerate(self.fanouts)
+        ]
 
     def sample(self, seeds: Tensor, generator: torch.Generator | None = None) -> SampledSubgraph:
         """Samples the depth-separated k-hop neighborhood of unique ``seeds``.
@@ -92,10 +124,20 @@ class DepthSampler:
         On a CPU graph a compiled kernel samples the same tree (:mod:`gnnaas.sampling.fastpath`)
         when numba is installed: 10x faster for one seed, 2-3x for a thousand.
         """
+        overlay = None
+        if self._live is not None:
+            overlay = self._live.overlay_arrays()
+            if overlay is not None and self._hops_version != self._live.version:
+                # The torch path reads the merged graph (rebuilt only when this path runs).
+                self._hops = self._build_hops(*self._live.merged_csr())
+                self._hops_version = self._live.version
         if self._fast is not None:
-            seeds = self._hops[0]._check_seeds(seeds)
+            if overlay is None:
+                seeds = self._hops[0]._check_seeds(seeds)
+            else:
+                seeds = _check_live_seeds(seeds, self._live.num_nodes)  # type: ignore[union-attr]
             rowptr, col, fanouts, keys, maps = self._fast
-            sub = fastpath.sample_depth_numba(rowptr, col, seeds, fanouts, keys, maps)
+            sub = fastpath.sample_depth_numba(rowptr, col, seeds, fanouts, keys, maps, overlay)
             if sub is not None:
                 return sub
         levels = [seeds]  # global ids of the rows of each depth
@@ -129,6 +171,14 @@ class DepthSampler:
         return SampledSubgraph(
             torch.cat(levels), seeds.numel(), blocks, [level.numel() for level in levels]
         )
+
+
+def _check_live_seeds(seeds: Tensor, num_nodes: int) -> Tensor:
+    if seeds.dtype != torch.int64 or seeds.dim() != 1:
+        raise TypeError("DepthSampler.sample: seeds must be a 1-D int64 tensor")
+    if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_nodes):
+        raise ValueError(f"DepthSampler.sample: seeds must be node ids in [0, {num_nodes})")
+    return seeds
 
 
 def serving_sampler(

@@ -68,10 +68,15 @@ if _HAVE_NUMBA:
 
     @numba.njit(cache=True, nogil=True)
     def _kernel(
-        rowptr, col, seeds, fanouts, keys, node_row, cap
+        rowptr, col, over_idx, over_ptr, over_col, seeds, fanouts, keys, node_row, cap
     ):  # pragma: no cover - compiled; checked against the torch path by the tests
         """Rows (global ids) depth by depth and edges (source row, target row); the edge count
-        is ``-1`` when ``cap`` rows or edges were not enough (``node_row`` is clean either way)."""
+        is ``-1`` when ``cap`` rows or edges were not enough (``node_row`` is clean either way).
+
+        A node with ``over_idx[node] >= 0`` takes its in-neighbors from the overlay CSR
+        ``over_col[over_ptr[o]:over_ptr[o + 1]]`` instead of the base graph (a live graph's
+        changed and new nodes); an empty ``over_idx`` means no overlay."""
+        overlay = over_idx.shape[0] > 0
         mask = np.uint64(_MASK32)
         golden = np.uint64(_GOLDEN32)
         num_hops = fanouts.shape[0]
@@ -90,8 +95,15 @@ if _HAVE_NUMBA:
             start_next = hi
             for t in range(lo, hi):
                 node = rows[t]
-                a = rowptr[node]
-                deg = rowptr[node + 1] - a
+                if overlay and over_idx[node] >= 0:  # a live graph's changed or new node
+                    o = over_idx[node]
+                    adj = over_col
+                    a = over_ptr[o]
+                    deg = over_ptr[o + 1] - a
+                else:
+                    adj = col
+                    a = rowptr[node]
+                    deg = rowptr[node + 1] - a
                 full = k < 0 or deg <= k  # every neighbor, positions a .. a + deg - 1
                 if full:
                     m = deg
@@ -112,7 +124,7 @@ if _HAVE_NUMBA:
                         node_row[rows[r]] = -1
                     return rows, src, dst, counts, -1
                 for i in range(m):
-                    nbr = col[a + i] if full else col[chosen[i]]
+                    nbr = adj[a + i] if full else adj[chosen[i]]
                     r = node_row[nbr]
                     if r < start_next:  # not yet a row of depth d + 1
                         r = hi
@@ -130,6 +142,7 @@ if _HAVE_NUMBA:
 
 
 _POOL_SIZE = 8
+_NO_OVERLAY = (np.empty(0, np.int64), np.zeros(1, np.int64), np.empty(0, np.int64))
 
 
 class _Maps:
@@ -172,6 +185,7 @@ def sample_depth_numba(
     fanouts: np.ndarray,
     keys: np.ndarray,
     maps: _Maps,
+    overlay: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> SampledSubgraph | None:
     """The depth-separated sample of unique ``seeds`` (``None``: let the torch path run).
 
@@ -181,18 +195,21 @@ def sample_depth_numba(
         seeds (Tensor): ``[B]`` int64 unique node ids (CPU).
         fanouts (np.ndarray): ``[L]`` int64 neighbors per hop, PyG order; ``-1`` keeps all.
         keys (np.ndarray): ``[L]`` uint64 hash keys of the depths (those of the torch path).
-        maps (_Maps): the graph's node → row maps.
+        maps (_Maps): the graph's node → row maps (as many entries as nodes, new ones included).
+        overlay (tuple, optional): ``(over_idx, over_ptr, over_col)``, the adjacency of a live
+            graph's changed and new nodes (:class:`gnnaas.data.live.LiveGraph`). (default: ``None``)
 
     Returns:
         SampledSubgraph | None: as :meth:`DepthSampler.sample` builds it.
     """
     seeds_np = seeds.contiguous().numpy()
+    over_idx, over_ptr, over_col = _NO_OVERLAY if overlay is None else overlay
     cap, exact = _capacity(seeds_np.shape[0], fanouts)
     node_row = maps.acquire()
     try:
         while True:
             rows, src, dst, counts, num_edges = _kernel(
-                rowptr, col, seeds_np, fanouts, keys, node_row, cap
+                rowptr, col, over_idx, over_ptr, over_col, seeds_np, fanouts, keys, node_row, cap
             )
             if num_edges >= 0 or exact or cap >= MAX_ENTRIES:
                 break

@@ -1,0 +1,670 @@
+"""A live graph: node, edge and feature writes over a base CSR, durable in an append-only log.
+
+:class:`LiveGraph` holds one dataset's served graph as the base CSR (over incoming edges) plus an
+*overlay*: for every node whose in-neighbors changed, and every new node, its current sorted
+in-neighbor list, kept append-only in two growable arrays (``over_ptr``/``over_col``) that the
+compiled sampler reads in place of the base slice (:mod:`gnnaas.sampling.fastpath`). A write touches
+only the changed nodes' lists (no copy of the graph); superseded lists are garbage that is dropped
+when it outgrows the live ones, and :func:`compact` folds everything into a new base. Features live
+in preallocated buffers of ``capacity`` rows (the full matrix and one per variant's kept columns),
+so a new node's row is written in place and the buffers the executors hold stay valid.
+
+Writes go through :class:`Staging` (validation against the graph plus the earlier writes of the same
+group, so a group can be checked, logged and applied as one) and :class:`WriteLog` (records of
+``length, crc32, version`` + an orjson payload, fsynced once per group before any is acknowledged).
+:meth:`LiveGraph.open` loads the newest snapshot (or the dataset) and replays the log; a torn last
+record (a crash during its write, never acknowledged) is cut off.
+
+Edges are ``[source, target]``: ``source`` becomes an in-neighbor of ``target`` (messages flow
+source → target). The built-in graphs are symmetric; send both directions for an undirected edge.
+
+Files under ``<state-dir>/<dataset>/``: ``snapshot.safetensors`` (after a compaction),
+``log.wal``, and ``lock`` (held by the process that owns the graph).
+
+Example:
+    >>> graph = LiveGraph(rowptr, col, x, capacity=x.size(0) + 1000)  # doctest: +SKIP
+    >>> staging = graph.stage()  # doctest: +SKIP
+    >>> op = staging.add_edges([[0, 5]], [])  # doctest: +SKIP
+    >>> graph.apply(op)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+from torch import Tensor
+
+from gnnaas.errors import ArtifactError, ConfigError
+
+__all__ = ["LiveGraph", "Staging", "WriteError", "WriteLog", "compact", "state_folder"]
+
+_HEADER = struct.Struct("<IIQ")  # payload length, crc32 of the payload, graph version after it
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
+
+
+class WriteError(ConfigError):
+    """A write that cannot be applied as sent; nothing of it was applied (HTTP 422)."""
+
+
+def state_folder(state_dir: Path | str, dataset: str) -> Path:
+    """Where a dataset's snapshot, log and lock live under ``state_dir``."""
+    return Path(state_dir) / _UNSAFE.sub("_", dataset)
+
+
+class _Grow:
+    """A growable int64 array (amortized doubling)."""
+
+    def __init__(self, initial: int = 1024) -> None:
+        self.data = np.empty(max(initial, 16), np.int64)
+        self.size = 0
+
+    def extend(self, values: np.ndarray) -> int:
+        """Appends ``values``; returns the position of the first."""
+        start = self.size
+        end = start + values.shape[0]
+        if end > self.data.shape[0]:
+            grown = np.empty(max(end, 2 * self.data.shape[0]), np.int64)
+            grown[:start] = self.data[:start]
+            self.data = grown
+        self.data[start:end] = values
+        self.size = end
+        return start
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One validated write, ready to log and apply.
+
+    Args:
+        kind (str): ``nodes``, ``edges`` or ``features``.
+        first_id (int): ``nodes``: id of the first new node.
+        features (np.ndarray): ``nodes``: ``[k, F]``; ``features``: ``[1, F]``.
+        add (np.ndarray): ``[2, a]`` edges to add (source, target; resolved ids).
+        remove (np.ndarray): ``[2, r]`` edges to remove.
+        node (int): ``features``: the node whose row is replaced.
+    """
+
+    kind: str
+    first_id: int = -1
+    features: np.ndarray | None = None
+    add: np.ndarray | None = None
+    remove: np.ndarray | None = None
+    node: int = -1
+
+    def payload(self) -> bytes:
+        body: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "nodes":
+            body["first_id"] = self.first_id
+        if self.kind == "features":
+            body["node"] = self.node
+        if self.features is not None:
+            body["features"] = self.features.tolist()
+        for name in ("add", "remove"):
+            value = getattr(self, name)
+            if value is not None and value.size:
+                body[name] = value.tolist()
+        return orjson.dumps(body)
+
+    @classmethod
+    def from_payload(cls, data: bytes) -> Write:
+        body = orjson.loads(data)
+
+        def edges(name: str) -> np.ndarray:
+            return np.asarray(body.get(name, [[], []]), dtype=np.int64).reshape(2, -1)
+
+        feats = body.get("features")
+        return cls(
+            kind=body["kind"],
+            first_id=int(body.get("first_id", -1)),
+            features=None if feats is None else np.asarray(feats, dtype=np.float32),
+            add=edges("add"),
+            remove=edges("remove"),
+            node=int(body.get("node", -1)),
+        )
+
+
+class LiveGraph:
+    """A dataset's graph that takes writes (see the module docstring).
+
+    Args:
+        rowptr (Tensor): ``[N + 1]`` int64 base CSR pointers over incoming edges.
+        col (Tensor): ``[E]`` int64 base in-neighbors (sorted per node).
+        x (Tensor): ``[N, F]`` float32 base features.
+        capacity (int): most nodes the graph can hold (new nodes beyond it are refused).
+        version (int, optional): version of the base (the last write it includes). (default: ``0``)
+        max_write_edges (int, optional): most edges one write may add plus remove.
+            (default: ``100_000``)
+        max_write_nodes (int, optional): most nodes one write may add. (default: ``4096``)
+    """
+
+    def __init__(
+        self,
+        rowptr: Tensor,
+        col: Tensor,
+        x: Tensor,
+        *,
+        capacity: int,
+        version: int = 0,
+        max_write_edges: int = 100_000,
+        max_write_nodes: int = 4096,
+    ) -> None:
+        n = rowptr.numel() - 1
+        if capacity < n:
+            raise ValueError(f"LiveGraph: capacity {capacity} is below the base's {n} nodes")
+        self.rowptr, self.col = rowptr.contiguous(), col.contiguous()
+        self._rowptr_np, self._col_np = self.rowptr.numpy(), self.col.numpy()
+        self.base_nodes = n
+        self.num_features = int(x.size(1))
+        self.capacity = int(capacity)
+        self.version = int(version)
+        self.max_write_edges = max_write_edges
+        self.max_write_nodes = max_write_nodes
+        self._num_nodes = n
+        self._x = torch.zeros(self.capacity, self.num_features, dtype=torch.float32)
+        self._x[:n] = x
+        self._subsets: dict[tuple[int, ...], tuple[Tensor, Tensor]] = {}  # key -> (index, buffer)
+        self._over_idx = np.full(self.capacity, -1, np.int64)
+        self._over_ptr = _Grow()
+        self._over_ptr.extend(np.zeros(1, np.int64))
+        self._over_col = _Grow()
+        self._live_overlay = 0  # entries of current lists (the rest of over_col is garbage)
+        self._overlaid = 0  # nodes with an overlay list
+        self._merged: tuple[int, Tensor, Tensor] | None = None
+        self.edge_updates = 0  # edges added or removed since the base
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes now (base plus added)."""
+        return self._num_nodes
+
+    def neighbors(self, node: int) -> np.ndarray:
+        """The current sorted in-neighbors of ``node``."""
+        o = self._over_idx[node]
+        if o >= 0:
+            ptr = self._over_ptr.data
+            return self._over_col.data[ptr[o] : ptr[o + 1]]
+        if node >= self.base_nodes:
+            return np.empty(0, np.int64)
+        return self._col_np[self._rowptr_np[node] : self._rowptr_np[node + 1]]
+
+    def has_edge(self, source: int, target: int) -> bool:
+        """Whether ``source`` is an in-neighbor of ``target`` now."""
+        adj = self.neighbors(target)
+        i = int(np.searchsorted(adj, source))
+        return i < adj.shape[0] and int(adj[i]) == source
+
+    def overlay_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(over_idx, over_ptr, over_col)`` for the compiled sampler; ``None`` before any
+        change of the adjacency."""
+        if not self._overlaid:
+            return None
+        return self._over_idx, self._over_ptr.view(), self._over_col.view()
+
+    def merged_csr(self) -> tuple[Tensor, Tensor]:
+        """The current graph as one CSR ``(rowptr, col)`` (built once per version; the torch
+        sampling path and compaction read it)."""
+        if self._merged is not None and self._merged[0] == self.version:
+            return self._merged[1], self._merged[2]
+        n = self._num_nodes
+        lists = [self.neighbors(i) for i in range(n)] if self._overlaid else None
+        if lists is None:
+            rowptr, col = self.rowptr, self.col
+        else:
+            degrees = np.fromiter((a.shape[0] for a in lists), np.int64, count=n)
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(degrees, out=ptr[1:])
+            flat = np.concatenate(lists) if lists else np.empty(0, np.int64)
+            rowptr, col = torch.from_numpy(ptr), torch.from_numpy(flat.astype(np.int64))
+        self._merged = (self.version, rowptr, col)
+        return rowptr, col
+
+    def features(self, keep: Tensor | None = None) -> Tensor:
+        """The ``[capacity, F_kept]`` feature buffer of the kept columns (all with ``None``);
+        rows of new nodes are written into it in place, rows ``>= num_nodes`` are zero."""
+        if keep is None or (
+            keep.numel() == self.num_features
+            and bool((keep == torch.arange(self.num_features)).all())
+        ):
+            return self._x
+        key = tuple(int(i) for i in keep.tolist())
+        entry = self._subsets.get(key)
+        if entry is None:
+            index = torch.as_tensor(key, dtype=torch.long)
+            entry = (index, self._x.index_select(1, index))
+            self._subsets[key] = entry
+        return entry[1]
+
+    def stats(self) -> dict[str, Any]:
+        """Version, sizes and the overlay's memory (``/v1/datasets`` and the benchmarks)."""
+        return {
+            "version": self.version,
+            "num_nodes": self._num_nodes,
+            "capacity": self.capacity,
+            "overlay_nodes": self._overlaid,
+            "overlay_entries": self._live_overlay,
+            "overlay_bytes": 8 * (self._over_col.data.shape[0] + self._over_ptr.data.shape[0])
+            + self._over_idx.nbytes,
+            "edge_updates": self.edge_updates,
+        }
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def stage(self) -> Staging:
+        """A validator for a group of writes applied in order after it (see :class:`Staging`)."""
+        return Staging(self)
+
+    def apply(self, write: Write) -> None:
+        """Applies one validated write and advances the version (no other check: validation is
+        :class:`Staging`'s, replay trusts the log)."""
+        if write.kind == "nodes":
+            assert write.features is not None
+            k = write.features.shape[0]
+            if write.first_id != self._num_nodes:
+                raise ArtifactError(
+                    f"live graph: a node write expects first id {write.first_id}, the graph has "
+                    f"{self._num_nodes} nodes (log out of order)"
+                )
+            rows = torch.from_numpy(write.features)
+            self._x[self._num_nodes : self._num_nodes + k] = rows
+            for index, buf in self._subsets.values():
+                buf[self._num_nodes : self._num_nodes + k] = rows.index_select(1, index)
+            empty = np.empty(0, np.int64)
+            for node in range(self._num_nodes, self._num_nodes + k):
+                self._set_list(node, empty)  # a new node reads the overlay, even without edges
+            self._num_nodes += k
+        elif write.kind == "features":
+            assert write.features is not None
+            row = torch.from_numpy(write.features.reshape(1, -1))
+            self._x[write.node] = row[0]
+            for index, buf in self._subsets.values():
+                buf[write.node] = row[0].index_select(0, index)
+        self._change_edges(write.add, write.remove)
+        self.version += 1
+
+    def _change_edges(self, add: np.ndarray | None, remove: np.ndarray | None) -> None:
+        add = np.empty((2, 0), np.int64) if add is None else add
+        remove = np.empty((2, 0), np.int64) if remove is None else remove
+        if not add.size and not remove.size:
+            return
+        self.edge_updates += add.shape[1] + remove.shape[1]
+        targets = np.unique(np.concatenate([add[1], remove[1]]))
+        for t in targets.tolist():
+            current = self.neighbors(t)
+            gone = remove[0][remove[1] == t]
+            if gone.size:
+                current = current[~np.isin(current, gone)]
+            new = add[0][add[1] == t]
+            if new.size:
+                current = np.union1d(current, new)
+            self._set_list(t, current)
+
+    def _set_list(self, node: int, neighbors: np.ndarray) -> None:
+        old = self._over_idx[node]
+        if old >= 0:
+            ptr = self._over_ptr.data
+            self._live_overlay -= int(ptr[old + 1] - ptr[old])
+        else:
+            self._overlaid += 1
+        start = self._over_col.extend(np.ascontiguousarray(neighbors, dtype=np.int64))
+        self._over_idx[node] = self._over_ptr.size - 1
+        self._over_ptr.extend(np.asarray([start + neighbors.shape[0]], np.int64))
+        self._live_overlay += int(neighbors.shape[0])
+        if self._over_col.size > 4 * max(self._live_overlay, 1 << 16):
+            self._repack()
+
+    def _repack(self) -> None:
+        """Drops superseded lists (the overlay's garbage) by rewriting the current ones."""
+        nodes = np.nonzero(self._over_idx >= 0)[0]
+        lists = [self.neighbors(int(n)) for n in nodes]
+        col, ptr = _Grow(max(self._live_overlay, 1)), _Grow(len(lists) + 1)
+        ptr.extend(np.zeros(1, np.int64))
+        index = np.full(self.capacity, -1, np.int64)
+        for slot, (node, adj) in enumerate(zip(nodes.tolist(), lists, strict=True)):
+            col.extend(adj)
+            ptr.extend(np.asarray([col.size], np.int64))
+            index[node] = slot
+        self._over_col, self._over_ptr = col, ptr
+        self._over_idx[:] = index
+
+
+class Staging:
+    """Validates a group of writes against a graph and the group's earlier writes.
+
+    Every method checks one write completely (ids in range, feature width, finite values, edges to
+    remove present and edges to add absent, size limits) and raises :class:`WriteError` naming the
+    first offender, or returns the :class:`Write` to log and apply, after which it counts for the
+    next writes of the group. Nothing is applied here.
+    """
+
+    def __init__(self, graph: LiveGraph) -> None:
+        self.graph = graph
+        self.added_nodes = 0
+        self._added: set[tuple[int, int]] = set()
+        self._removed: set[tuple[int, int]] = set()
+
+    @property
+    def num_nodes(self) -> int:
+        return self.graph.num_nodes + self.added_nodes
+
+    def _exists(self, s: int, t: int) -> bool:
+        if (s, t) in self._added:
+            return True
+        if (s, t) in self._removed or t >= self.graph.num_nodes:
+            return False
+        return self.graph.has_edge(s, t)
+
+    def _features(self, rows: Any, what: str) -> np.ndarray:
+        f = self.graph.num_features
+        try:
+            arr = np.asarray(rows, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise WriteError(f"{what} must be numbers") from None
+        if arr.ndim != 2 or arr.shape[1] != f:
+            got = arr.shape[1] if arr.ndim == 2 else f"shape {list(arr.shape)}"
+            raise WriteError(f"{what} must have {f} values per node (got {got})")
+        bad = np.nonzero(~np.isfinite(arr).all(axis=1))[0]
+        if bad.size:
+            raise WriteError(f"{what}: row {int(bad[0])} holds NaN or infinity")
+        return np.ascontiguousarray(arr)
+
+    def _edges(self, pairs: Any, what: str, num_nodes: int, new_base: int = -1) -> np.ndarray:
+        try:
+            arr = np.asarray(pairs if len(pairs) else np.empty((0, 2)), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise WriteError(f"{what} must be a list of [source, target] id pairs") from None
+        if arr.ndim != 2 or arr.shape[1] != 2 or not np.all(np.isfinite(arr)):
+            raise WriteError(f"{what} must be a list of [source, target] id pairs")
+        if not np.all(arr == np.round(arr)):
+            raise WriteError(f"{what}: node ids must be integers")
+        ids = arr.astype(np.int64)
+        if new_base >= 0:  # -1 is the request's first new node, -2 its second, ...
+            neg = ids < 0
+            ids[neg] = new_base - 1 - ids[neg]
+        bad = np.nonzero(((ids < 0) | (ids >= num_nodes)).any(axis=1))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise WriteError(
+                f"{what}[{i}] = {arr[i].astype(np.int64).tolist()}: node ids must lie in "
+                f"[0, {num_nodes})"
+                + (" or be -1 .. -k for this request's new nodes" if new_base >= 0 else "")
+            )
+        return ids.T.copy()  # [2, m]
+
+    def _check_size(self, edges: int) -> None:
+        if edges > self.graph.max_write_edges:
+            raise WriteError(
+                f"a write may change at most {self.graph.max_write_edges} edges (got {edges})"
+            )
+
+    def add_nodes(self, features: Any, edges: Any = ()) -> Write:
+        """New nodes with ``features`` ``[k, F]`` and ``edges`` among them and existing nodes
+        (a negative id ``-i`` is the request's ``i``-th new node)."""
+        rows = self._features(features, "features")
+        k = rows.shape[0]
+        if k == 0:
+            raise WriteError("features must hold at least one node")
+        if k > self.graph.max_write_nodes:
+            raise WriteError(
+                f"a write may add at most {self.graph.max_write_nodes} nodes (got {k})"
+            )
+        if self.num_nodes + k > self.graph.capacity:
+            raise WriteError(
+                f"the graph holds at most {self.graph.capacity} nodes ({self.num_nodes} now); "
+                f"compact it with a larger capacity"
+            )
+        first = self.num_nodes
+        add = self._edges(edges, "edges", first + k, new_base=first)
+        self._check_size(add.shape[1])
+        self._check_add(add, "edges")
+        self.added_nodes += k
+        self._added.update(zip(add[0].tolist(), add[1].tolist(), strict=True))
+        return Write("nodes", first_id=first, features=rows, add=add)
+
+    def _check_add(self, add: np.ndarray, what: str) -> None:
+        seen: set[tuple[int, int]] = set()
+        for i, (s, t) in enumerate(zip(add[0].tolist(), add[1].tolist(), strict=True)):
+            if (s, t) in seen or self._exists(s, t):
+                raise WriteError(f"{what}[{i}] = [{s}, {t}] is already in the graph")
+            seen.add((s, t))
+
+    def change_edges(self, add: Any = (), remove: Any = ()) -> Write:
+        """Adds and removes edges between existing nodes (removals first, then additions)."""
+        n = self.num_nodes
+        gone = self._edges(remove, "remove", n)
+        new = self._edges(add, "add", n)
+        if not gone.size and not new.size:
+            raise WriteError("a write must add or remove at least one edge")
+        self._check_size(gone.shape[1] + new.shape[1])
+        pairs = list(zip(gone[0].tolist(), gone[1].tolist(), strict=True))
+        if len(set(pairs)) != len(pairs):
+            raise WriteError("remove lists an edge twice")
+        for i, (s, t) in enumerate(pairs):
+            if not self._exists(s, t):
+                raise WriteError(f"remove[{i}] = [{s}, {t}] is not in the graph")
+        removed = set(pairs)
+        seen: set[tuple[int, int]] = set()
+        for i, (s, t) in enumerate(zip(new[0].tolist(), new[1].tolist(), strict=True)):
+            if (s, t) in seen or ((s, t) not in removed and self._exists(s, t)):
+                raise WriteError(f"add[{i}] = [{s}, {t}] is already in the graph")
+            seen.add((s, t))
+        self._removed.update(removed)
+        self._added.difference_update(removed)
+        self._added.update(seen)
+        self._removed.difference_update(seen)
+        return Write("edges", add=new, remove=gone)
+
+    def set_features(self, node: int, features: Any) -> Write:
+        """Replaces the feature row of an existing ``node``."""
+        if not 0 <= node < self.num_nodes:
+            raise WriteError(f"node {node} is not in the graph (ids lie in [0, {self.num_nodes}))")
+        row = self._features([features] if np.ndim(features) == 1 else features, "features")
+        if row.shape[0] != 1:
+            raise WriteError("features must be one row of values")
+        return Write("features", features=row, node=node)
+
+
+class WriteLog:
+    """The append-only log of a live graph's writes (see the module docstring).
+
+    Args:
+        path (Path): the log file (created if missing).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("ab")
+
+    def close(self) -> None:
+        self._file.close()
+
+    def append(self, records: Sequence[tuple[int, bytes]]) -> None:
+        """Writes ``(version, payload)`` records and fsyncs once (group commit): when this
+        returns, every record survives a crash."""
+        chunks = []
+        for version, payload in records:
+            chunks.append(_HEADER.pack(len(payload), zlib.crc32(payload), version))
+            chunks.append(payload)
+        self._file.write(b"".join(chunks))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    @staticmethod
+    def read(path: Path) -> Iterator[tuple[int, bytes, int]]:
+        """``(version, payload, end offset)`` of every whole record; stops at a torn or corrupt
+        tail (a record whose write a crash interrupted)."""
+        if not path.exists():
+            return
+        data = path.read_bytes()
+        pos = 0
+        while pos + _HEADER.size <= len(data):
+            length, crc, version = _HEADER.unpack_from(data, pos)
+            start, end = pos + _HEADER.size, pos + _HEADER.size + length
+            if end > len(data) or zlib.crc32(data[start:end]) != crc:
+                return
+            yield version, data[start:end], end
+            pos = end
+
+    @staticmethod
+    def truncate(path: Path, size: int) -> None:
+        """Cuts a torn tail off the log (durably)."""
+        with path.open("r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _held(folder: Path) -> Iterator[Any]:
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = (folder / "lock").open("a")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"{folder} is in use by another gnnaas process (a running server, or a "
+                f"compaction); stop it first"
+            ) from None
+        yield handle
+    finally:
+        handle.close()
+
+
+def _load_base(folder: Path, store: Any) -> tuple[Tensor, Tensor, Tensor, int]:
+    snapshot = folder / "snapshot.safetensors"
+    if not snapshot.exists():
+        return store.rowptr, store.col, store.x, 0
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(snapshot), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in ("rowptr", "col", "x")}
+    except Exception as exc:
+        raise ArtifactError(f"live graph snapshot {snapshot} cannot be read ({exc})") from exc
+    if int(tensors["x"].size(1)) != int(store.num_features):
+        raise ArtifactError(
+            f"live graph snapshot {snapshot} has {tensors['x'].size(1)} features, the dataset "
+            f"{store.num_features}"
+        )
+    return tensors["rowptr"], tensors["col"], tensors["x"], int(meta.get("version", "0"))
+
+
+def _last_end(path: Path) -> int:
+    """End offset of the last whole record of the log (0 for none)."""
+    return max((end for _, _, end in WriteLog.read(path)), default=0)
+
+
+def open_live(
+    store: Any, state_dir: Path | str, *, extra_capacity: int | None = None
+) -> tuple[LiveGraph, WriteLog, Any]:
+    """The live graph of ``store`` under ``state_dir``: its newest snapshot (else the dataset)
+    with the log replayed, the log open for appends, and the held lock (close it to release).
+
+    Args:
+        store (GraphStore): the dataset as loaded (its base when no snapshot exists).
+        state_dir (Path | str): the server's ``--state-dir``.
+        extra_capacity (int, optional): room for new nodes beyond the current count; by default
+            a quarter of it, at least 1,024. (default: ``None``)
+
+    Raises:
+        ConfigError: another process holds the dataset's state.
+        ArtifactError: the snapshot cannot be read or the log does not fit it.
+    """
+    folder = state_folder(state_dir, store.name)
+    lock = _held(folder)
+    handle = lock.__enter__()
+    try:
+        rowptr, col, x, version = _load_base(folder, store)
+        path = folder / "log.wal"
+        records = [
+            (v, Write.from_payload(payload), end)
+            for v, payload, end in WriteLog.read(path)
+            if v > version  # older ones are in the snapshot (a crash before the log was reset)
+        ]
+        new_nodes = sum(w.features.shape[0] for _, w, _ in records if w.kind == "nodes")  # type: ignore[union-attr]
+        n = rowptr.numel() - 1 + new_nodes
+        room = extra_capacity if extra_capacity is not None else max(1024, n // 4)
+        graph = LiveGraph(rowptr, col, x, capacity=n + room, version=version)
+        for v, write, _ in records:
+            graph.apply(write)
+            if graph.version != v:
+                raise ArtifactError(f"live graph log {path}: record of version {v} out of order")
+        valid = max((end for _, _, end in records), default=0)
+        valid = max(valid, _last_end(path))
+        if path.exists() and path.stat().st_size > valid:
+            WriteLog.truncate(path, valid)  # a torn last record: never acknowledged
+        return graph, WriteLog(path), lock
+    except BaseException:
+        lock.__exit__(None, None, None)
+        raise
+    finally:
+        del handle
+
+
+def compact(store: Any, state_dir: Path | str) -> dict[str, Any]:
+    """Folds a dataset's log into a new snapshot, atomically (the server must be stopped).
+
+    The snapshot is written to a temporary file, fsynced and renamed over the old one; then the
+    log is replaced by an empty one. A crash between the two leaves records the snapshot already
+    holds, which replay skips by version.
+
+    Returns:
+        dict: ``version``, ``num_nodes``, ``num_edges``, ``records`` folded.
+    """
+    from safetensors.torch import save_file
+
+    graph, log, lock = open_live(store, state_dir)
+    try:
+        folder = state_folder(state_dir, store.name)
+        records = sum(1 for _ in WriteLog.read(log.path))
+        rowptr, col = graph.merged_csr()
+        n = graph.num_nodes
+        tmp = folder / "snapshot.safetensors.tmp"
+        save_file(
+            {
+                "rowptr": rowptr.contiguous(),
+                "col": col.contiguous(),
+                "x": graph.features()[:n].clone(),
+            },
+            str(tmp),
+            metadata={"version": str(graph.version), "dataset": store.name},
+        )
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / "snapshot.safetensors")
+        log.close()
+        empty = folder / "log.wal.tmp"
+        empty.write_bytes(b"")
+        os.replace(empty, folder / "log.wal")
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return {
+            "version": graph.version,
+            "num_nodes": n,
+            "num_edges": int(col.numel()),
+            "records": records,
+        }
+    finally:
+        lock.__exit__(None, None, None)
