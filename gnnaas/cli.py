@@ -432,6 +432,85 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
+def _serve_ray(args: argparse.Namespace, settings: Any) -> int:
+    """``serve --backend ray``: gnnaas on Ray Serve until interrupted
+    (:mod:`gnnaas.serving.ray_backend`)."""
+    try:
+        from gnnaas.serving import ray_backend
+    except ImportError as exc:
+        raise ConfigError(
+            f"serve: --backend ray needs Ray Serve ({exc}); "
+            "install it with pip install 'gnnaas[ray]'"
+        ) from None
+    if args.workers > 1:
+        raise ConfigError("serve: --workers is for --backend uvicorn; use --replicas with ray")
+    autoscale = None
+    if args.autoscale is not None:
+        try:
+            autoscale = ray_backend.parse_autoscale(args.autoscale)
+        except ValueError as exc:
+            raise ConfigError(f"serve: --{exc}") from None
+    where = f"the cluster at {args.address}" if args.address else "a local Ray"
+    _say(args, f"starting gnnaas on {where}; each dataset replica loads its variants")
+    try:
+        url = ray_backend.run_ray(
+            settings,
+            replicas=args.replicas,
+            autoscale=autoscale,
+            host=args.host,
+            port=args.port,
+            address=args.address,
+        )
+    except RuntimeError as exc:  # a deployment that failed to start: the replica logs say why
+        ray_backend.shutdown_ray()
+        raise ConfigError(f"serve: Ray Serve could not start gnnaas ({exc})") from None
+    _say(args, f"serving on {url} (Ctrl-C stops)")
+    import threading
+
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ray_backend.shutdown_ray()
+    return 0
+
+
+def _cmd_ray_config(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    try:
+        from gnnaas.serving import ray_backend
+    except ImportError as exc:
+        raise ConfigError(
+            f"ray-config: needs Ray Serve ({exc}); install it with pip install 'gnnaas[ray]'"
+        ) from None
+    from gnnaas.serving.settings import Settings
+
+    given = {
+        "variants_dir": args.variants,
+        "profiles_dir": args.profiles,
+        "data_root": args.data_root,
+        "datasets": args.dataset or None,
+    }
+    try:
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        autoscale = ray_backend.parse_autoscale(args.autoscale) if args.autoscale else None
+    except ValidationError as exc:
+        raise ConfigError(f"ray-config: {exc.errors()[0]['msg']}") from None
+    except ValueError as exc:
+        raise ConfigError(f"ray-config: --{exc}") from None
+    text = ray_backend.serve_config(
+        settings, replicas=args.replicas, autoscale=autoscale, host=args.host, port=args.port
+    )
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text)
+        _say(args, f"wrote {args.output}; deploy it with `serve deploy {args.output}`")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     sock = _bind(args.host, args.port)
     if args.check_port:
@@ -451,6 +530,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             "device": args.device,
             "data_root": args.data_root,
             "datasets": args.dataset or None,
+            "state_dir": args.state_dir,
         }
         # Options left out stay out, so GNNAAS_* variables and the settings' defaults apply.
         overrides = {key: value for key, value in given.items() if value is not None}
@@ -462,6 +542,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
             ) from None
+        if args.backend == "ray":
+            sock.close()  # Serve's proxy binds the port itself
+            return _serve_ray(args, settings)
         if args.workers > 1:
             return _serve_workers(args, sock, overrides)
         _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
@@ -786,6 +869,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="auto, cpu or cuda[:n] (default: $GNNAAS_DEVICE or auto)",
     )
     p.add_argument(
+        "--state-dir",
+        default=None,
+        help="make the graphs live: writes (with GNNAAS_WRITE_TOKEN) are logged here and "
+        "replayed at start (default: $GNNAAS_STATE_DIR, else frozen graphs)",
+    )
+    p.add_argument(
         "--workers",
         type=_positive_int,
         default=1,
@@ -793,9 +882,72 @@ def _build_parser() -> argparse.ArgumentParser:
         "/metrics sums over them, SIGHUP to this process restarts them with fresh variants "
         "(default: 1)",
     )
+    _add_ray_args(p)
+    p.add_argument(
+        "--backend",
+        choices=("uvicorn", "ray"),
+        default="uvicorn",
+        help="uvicorn: this process serves (default); ray: an ingress and per-dataset replicas "
+        "on Ray Serve (needs the [ray] extra)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --backend ray: a running Ray cluster, e.g. <head>:6379 (default: start a "
+        "local Ray)",
+    )
     _add_quiet(p)
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser(
+        "ray-config",
+        help="write a Ray Serve config for this repository",
+        description="Write the Ray Serve config (YAML) that serves this repository's variants "
+        "with `serve deploy`: an ingress and one deployment per dataset. Folders are written as "
+        "absolute paths, which every node of the cluster must see.",
+    )
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="folder holding real datasets (default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
+    )
+    p.add_argument(
+        "--dataset",
+        nargs="*",
+        help="deploy only these datasets (default: every dataset with variants and profiles)",
+    )
+    p.add_argument(
+        "--host", default="0.0.0.0", help="address Serve's proxies listen on (default: 0.0.0.0)"
+    )
+    p.add_argument("--port", type=int, default=8000, help="their TCP port (default: 8000)")
+    _add_ray_args(p)
+    p.add_argument(
+        "--output",
+        "-o",
+        default="gnnaas-serve.yaml",
+        help="file to write, '-' for stdout (default: gnnaas-serve.yaml)",
+    )
+    _add_quiet(p)
+    p.set_defaults(func=_cmd_ray_config)
     return parser
+
+
+def _add_ray_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--replicas",
+        type=_positive_int,
+        default=1,
+        help="with Ray: replicas of each dataset's deployment (default: 1)",
+    )
+    p.add_argument(
+        "--autoscale",
+        default=None,
+        metavar="MIN:MAX",
+        help="with Ray: let Serve scale each dataset between MIN and MAX replicas on requests in "
+        "flight (overrides --replicas)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,7 @@ COMMANDS = [
     "report",
     "prepare",
     "serve",
+    "ray-config",
 ]
 
 

@@ -22,7 +22,7 @@ Shapes:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,10 +63,13 @@ class ExecResult:
         predictions (list): one entry per requested node, in request order: a class id, or for
             multi-label a 0/1 list; with ``proba`` a list of class probabilities.
         times (StageTimes): the stages of the batch that served it (shared by the batch).
+        graph_version (int, optional): version of the (live) graph the batch read.
+            (default: ``0``)
     """
 
     predictions: list[Any]
     times: StageTimes
+    graph_version: int = 0
 
 
 class Executor:
@@ -81,6 +84,8 @@ class Executor:
         device (torch.device | str, optional): where the forward pass runs. (default: ``"cpu"``)
         multi_label (bool, optional): sigmoid outputs and 0/1 classes. (default: ``False``)
         name (str, optional): for ``repr`` and logs. (default: ``"executor"``)
+        graph_version (Callable[[], int], optional): the live graph's version, read once per batch
+            (writes are applied between batches). (default: ``None``: version 0)
     """
 
     def __init__(
@@ -92,8 +97,10 @@ class Executor:
         device: torch.device | str = "cpu",
         multi_label: bool = False,
         name: str = "executor",
+        graph_version: Callable[[], int] | None = None,
     ) -> None:
         self.device = torch.device(device)
+        self.graph_version = graph_version
         self.model = model.to(self.device).eval()
         self.features = features
         self.sampler = sampler
@@ -117,6 +124,7 @@ class Executor:
     def __call__(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """Serves ``requests`` with one sampled forward pass; one result per request, in order."""
         self.calls += 1
+        version = 0 if self.graph_version is None else self.graph_version()
         if all(isinstance(r.nodes, Tensor) for r in requests):
             merged = torch.cat([torch.as_tensor(r.nodes) for r in requests])
         else:  # one conversion per batch, not per request
@@ -139,6 +147,6 @@ class Executor:
         for r in requests:
             stop = start + len(r.nodes)
             source = proba if r.proba and proba is not None else classes
-            results.append(ExecResult(source[start:stop].tolist(), times))
+            results.append(ExecResult(source[start:stop].tolist(), times, version))
             start = stop
         return results

@@ -62,7 +62,7 @@ from gnnaas.serving.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.registry import VariantRegistry
 from gnnaas.serving.reload import RegistryLoader, Reloader
 from gnnaas.serving.router import ExecutorFactory, Router
-from gnnaas.serving.routes import admin, datasets, health, predict
+from gnnaas.serving.routes import admin, datasets, graph, health, predict
 from gnnaas.serving.routes.predict import REQUEST_ID_KEY, START_KEY
 from gnnaas.serving.settings import Settings
 
@@ -350,6 +350,7 @@ def create_app(
     executor_factory: ExecutorFactory | None = None,
     loader: RegistryLoader | None = None,
     reload_on_sighup: bool = False,
+    router: Router | None = None,
 ) -> FastAPI:
     """Builds the router app.
 
@@ -366,6 +367,10 @@ def create_app(
             (default: ``None``)
         reload_on_sighup (bool, optional): reload on ``SIGHUP`` while the app runs; needs the
             lifespan to run in the main thread (``gnnaas serve`` sets it). (default: ``False``)
+        router (Router, optional): the serving core to put behind the HTTP API instead of a
+            :class:`Router` over ``registry`` (the Ray Serve ingress passes its
+            :class:`~gnnaas.serving.remote.RemoteRouter`, whose replicas execute); its lifespan
+            is the app's. (default: ``None``)
 
     Returns:
         FastAPI: the app; its lifespan starts the batchers and drains them on shutdown.
@@ -377,10 +382,13 @@ def create_app(
         >>> app = create_app(Settings(variants_dir="variants"))  # doctest: +SKIP
         >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
     """
-    if registry is None:
-        registry = VariantRegistry.load(settings)
-    metrics = ServingMetrics()
-    core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
+    if router is not None:
+        core, metrics = router, router.metrics
+    else:
+        if registry is None:
+            registry = VariantRegistry.load(settings)
+        metrics = ServingMetrics()
+        core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
     if loader is None:
 
         def loader() -> VariantRegistry:
@@ -425,5 +433,6 @@ def create_app(
     app.include_router(predict.router, prefix="/v1")
     app.include_router(datasets.router, prefix="/v1")
     app.include_router(admin.router, prefix="/v1")
+    app.include_router(graph.router, prefix="/v1")
     app.include_router(health.router)
     return app

@@ -24,6 +24,7 @@ from gnnaas.serving.profiles import VariantProfile, profile_of, read_profile_tab
 
 if TYPE_CHECKING:
     from gnnaas.serving.executor import Sampler
+    from gnnaas.serving.live import LiveState
     from gnnaas.serving.settings import Settings
 
 __all__ = [
@@ -61,7 +62,8 @@ class Store(Protocol):
         ...
 
 
-SamplerFactory = Callable[[Store, tuple[int, ...]], "Sampler"]
+# ``(store, fanouts)``, plus ``live=`` (a :class:`~gnnaas.data.live.LiveGraph`) for a live graph.
+SamplerFactory = Callable[..., "Sampler"]
 
 
 @dataclass(eq=False)
@@ -132,6 +134,7 @@ class ServedDataset:
     variants: dict[str, ServingVariant]
     sampler_factory: SamplerFactory
     candidates: tuple[Candidate, ...] = ()
+    live: LiveState | None = None
     _samplers: dict[tuple[int, ...], Sampler] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -143,13 +146,31 @@ class ServedDataset:
 
     @property
     def num_nodes(self) -> int:
-        """Number of nodes of the graph."""
+        """Number of nodes of the graph (now, for a live graph)."""
+        if self.live is not None:
+            return self.live.graph.num_nodes
         return int(self.store.num_nodes)
+
+    @property
+    def graph_version(self) -> int:
+        """Version of the live graph (0 for a graph that takes no writes)."""
+        return 0 if self.live is None else self.live.graph.version
+
+    def features(self, kept: Tensor) -> Tensor:
+        """A variant's feature rows: the store's pruned copy, or the live graph's buffer."""
+        if self.live is not None:
+            return self.live.graph.features(kept)
+        return self.store.feature_subset(kept)
 
     def sampler(self, fanouts: tuple[int, ...]) -> Sampler:
         """The consistent serving sampler for ``fanouts``, built once and shared by variants."""
         if fanouts not in self._samplers:
-            self._samplers[fanouts] = self.sampler_factory(self.store, fanouts)
+            if self.live is None:
+                self._samplers[fanouts] = self.sampler_factory(self.store, fanouts)
+            else:
+                self._samplers[fanouts] = self.sampler_factory(
+                    self.store, fanouts, live=self.live.graph
+                )
         return self._samplers[fanouts]
 
     def info(self) -> dict[str, Any]:
@@ -162,6 +183,8 @@ class ServedDataset:
             "multi_label": bool(self.store.multi_label),
             "variants": len(self.variants),
             "routable": len(self.candidates),
+            "graph_version": self.graph_version,
+            "live": self.live is not None,
         }
 
 
@@ -181,9 +204,11 @@ def consistent_sampler_factory(seed: int = 0, mode: str = "depth") -> SamplerFac
     if mode not in ("depth", "shared"):
         raise ValueError(f"sampler mode must be 'depth' or 'shared' (got {mode!r})")
 
-    def build(store: Store, fanouts: tuple[int, ...]) -> Sampler:
-        from gnnaas.sampling import serving_sampler
+    def build(store: Store, fanouts: tuple[int, ...], live: Any = None) -> Sampler:
+        from gnnaas.sampling import DepthSampler, serving_sampler
 
+        if live is not None:  # the live graph's base and overlay (depth mode only)
+            return DepthSampler(live.rowptr, live.col, fanouts, seed=seed, live=live)
         return serving_sampler(store.rowptr, store.col, fanouts, seed=seed, mode=mode)
 
     return build
@@ -432,7 +457,15 @@ class VariantRegistry:
                 from gnnaas.serving.workers import share_store
 
                 share_store(store, (v.kept_features for v in variants), settings.shared_store_dir)
-            served.append(ServedDataset(name, store, {v.variant_id: v for v in variants}, factory))
+            state = None
+            if settings.state_dir is not None:
+                from gnnaas.serving.live import LiveState
+
+                # A graph this process has open is reused (a reload keeps its writes and lock).
+                state = LiveState.open(store, settings.state_dir)
+            served.append(
+                ServedDataset(name, store, {v.variant_id: v for v in variants}, factory, live=state)
+            )
             _log.info("dataset %s: %d variants loaded", name, len(variants))
         if not served:
             detail = "; ".join(notes) or f"no dataset folders in '{variants_dir}'"

@@ -115,6 +115,8 @@ class Prediction:
         batch_size (int): nodes in its batch.
         batch_requests (int): requests in its batch.
         selection (Selection, optional): the policy's decision, ``None`` when pinned.
+        graph_version (int, optional): version of the graph its batch read (0 for a graph that
+            takes no writes). (default: ``0``)
     """
 
     variant: ServingVariant
@@ -126,6 +128,7 @@ class Prediction:
     batch_size: int
     batch_requests: int
     selection: Selection | None = None
+    graph_version: int = 0
 
 
 def default_executor_factory(
@@ -136,13 +139,15 @@ def default_executor_factory(
     def build(
         dataset: ServedDataset, variant: ServingVariant
     ) -> Callable[[Sequence[ExecRequest]], list[ExecResult]]:
+        live = dataset.live
         return Executor(
             variant.model,
-            dataset.store.feature_subset(variant.kept_features),
+            dataset.features(variant.kept_features),
             dataset.sampler(variant.fanouts),
             device=device,
             multi_label=bool(dataset.store.multi_label),
             name=f"{dataset.name}/{variant.variant_id}",
+            graph_version=None if live is None else (lambda: live.graph.version),
         )
 
     return build
@@ -329,13 +334,28 @@ class Router:
         _log.info("router started: %d variants", len(self._lanes))
 
     async def stop(self) -> None:
-        """Refuses new requests and drains the accepted ones (bounded by the shutdown timeout)."""
+        """Refuses new requests and drains the accepted ones (bounded by the shutdown timeout);
+        then closes the live graphs' logs."""
         self.stopping = True
         await asyncio.gather(
             *(lane.batcher.stop(self.settings.shutdown_timeout_s) for lane in self._lanes.values()),
             *list(self._drains),  # lanes retired by a reload still draining
         )
+        for dataset in self.registry.datasets.values():
+            if dataset.live is not None:
+                if dataset.live.writer is not None:
+                    await dataset.live.writer.drain()
+                dataset.live.close()
         _log.info("router stopped")
+
+    def exclusive(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Holds the device gate entirely: no batch runs meanwhile (live graph writes apply
+        under it, so every forward pass reads one version of the graph)."""
+        from gnnaas.serving.live import all_permits
+
+        if self._gate is None:
+            return contextlib.nullcontext()
+        return all_permits(self._gate, self.settings.max_concurrent_batches)
 
     async def reload(self, registry: VariantRegistry) -> int:
         """Serves ``registry`` from now on, without failing or dropping a request.
@@ -653,4 +673,5 @@ class Router:
             batch_size=out.batch_size,
             batch_requests=out.batch_requests,
             selection=selection,
+            graph_version=out.value.graph_version,
         )

@@ -93,6 +93,10 @@ class DatasetInfo(BaseModel):
     multi_label: bool
     variants: int = Field(description="Loaded variants.")
     routable: int = Field(description="Variants the router may choose (profiled).")
+    graph_version: int = Field(
+        default=0, description="Version of the live graph (0 for a graph that takes no writes)."
+    )
+    live: bool = Field(default=False, description="Whether the graph takes writes.")
 
 
 class DatasetList(BaseModel):
@@ -178,3 +182,46 @@ class ReloadResponse(BaseModel):
     )
     notes: list[str] = Field(description="What the new set skips, and why (as `/readyz`).")
     duration_ms: float = Field(description="From the request to the previous set drained.")
+
+
+class NodesWrite(BaseModel):
+    """``POST /v1/datasets/{dataset}/nodes``: new nodes and their edges."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    features: list[list[float]] = Field(
+        description="One row of the dataset's feature width per new node.",
+        examples=[[[0.1, 0.0, 1.0]]],
+    )
+    edges: list[list[int]] = Field(
+        default_factory=list,
+        description="[source, target] pairs (source becomes an in-neighbor of target) among the "
+        "new nodes and existing ones; -1 is this request's first new node, -2 its second, ...",
+        examples=[[[-1, 0], [0, -1]]],
+    )
+
+
+class EdgesWrite(BaseModel):
+    """``POST /v1/datasets/{dataset}/edges``: edges to add and to remove."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    add: list[list[int]] = Field(default_factory=list, description="[source, target] pairs.")
+    remove: list[list[int]] = Field(default_factory=list, description="[source, target] pairs.")
+
+
+class FeaturesWrite(BaseModel):
+    """``PUT /v1/datasets/{dataset}/nodes/{node}/features``: the node's new feature row."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    features: list[float]
+
+
+class WriteResponse(BaseModel):
+    """The answer of every write: the graph version it produced (also ``X-Graph-Version``)."""
+
+    graph_version: int
+    ids: list[int] | None = Field(default=None, description="Ids of the new nodes (node writes).")
+    added: int | None = None
+    removed: int | None = None

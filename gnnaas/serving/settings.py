@@ -66,6 +66,11 @@ class Settings(BaseSettings):
             as long for the previous variants' queued requests. (default: ``30``)
         admin_token (SecretStr, optional): bearer token of the admin endpoints
             (``GNNAAS_ADMIN_TOKEN``); unset or empty, they answer 403. (default: ``None``)
+        state_dir (Path, optional): make the served graphs live: writes are logged under
+            ``<state_dir>/<dataset>/`` and replayed at start (:mod:`gnnaas.data.live`); needs the
+            ``depth`` sampler. (default: ``None``: frozen graphs, writes answer 403)
+        write_token (SecretStr, optional): bearer token of the write endpoints
+            (``GNNAAS_WRITE_TOKEN``); unset or empty, they answer 403. (default: ``None``)
         shared_store_dir (Path, optional): memory-map the graph stores and pruned feature copies
             through files in this folder so that several server processes share one copy
             (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.workers`). (default:
@@ -103,8 +108,10 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None
     shared_store_dir: Path | None = None
+    state_dir: Path | None = None
+    write_token: SecretStr | None = None
 
-    @field_validator("admin_token", mode="before")
+    @field_validator("admin_token", "write_token", mode="before")
     @classmethod
     def _blank_token_is_none(cls, value: object) -> object:
         # An empty GNNAAS_ADMIN_TOKEN= means "not set", never "the empty token".
@@ -116,6 +123,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"max_request_nodes ({self.max_request_nodes}) must not exceed max_queue_nodes "
                 f"({self.max_queue_nodes}), or a request could never be queued"
+            )
+        if self.state_dir is not None and self.sampling != "depth":
+            raise ValueError("a live graph (state_dir) needs sampling='depth'")
+        if self.state_dir is not None and self.shared_store_dir is not None:
+            raise ValueError(
+                "a live graph (state_dir) is served by one process: it cannot be shared by workers"
             )
         if self.datasets is not None and not self.datasets:
             raise ValueError("datasets must name at least one dataset, or be left unset for all")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import warnings
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from serving_fakes import FakeModel, make_toy_registry
@@ -28,3 +32,31 @@ def _batches_in_worker_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     a fake model inside a batch to make a lane busy, which on the event loop's own thread would
     stop the loop that must go on serving. Tests of the inline path set it themselves."""
     monkeypatch.setenv("GNNAAS_INLINE_MAX_NODES", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_serve() -> Iterator[int]:
+    """One local Ray (2 CPUs, no dashboard) with Serve's proxy on a free loopback port, shared by
+    every Ray test of the session; skipped when the ``[ray]`` extra is not installed.
+
+    The replicas import the fakes of this folder: it goes on their ``PYTHONPATH`` (they inherit
+    the environment Ray starts with).
+    """
+    pytest.importorskip("ray.serve")
+    from gnnaas.serving import ray_backend
+
+    here = str(Path(__file__).resolve().parent)
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, before) if p)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    try:
+        ray_backend.start_ray(num_cpus=2, host="127.0.0.1", port=port)
+        yield port
+    finally:
+        ray_backend.shutdown_ray()
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before

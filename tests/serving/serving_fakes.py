@@ -226,3 +226,10 @@ def write_tiny_repository(
     write_profiles(profile_rows, profiles_dir / store.name)
     write_service_times(service_rows, profiles_dir / store.name)
     return variants_dir, profiles_dir
+
+
+def toy_registry_factory(settings: Any, dataset: str) -> VariantRegistry:
+    """A fresh toy registry for ``dataset`` ``toy`` (the Ray replicas build it in their process)."""
+    if dataset != "toy":
+        raise ValueError(f"toy_registry_factory: only dataset 'toy' exists (got {dataset!r})")
+    return make_toy_registry()[0]

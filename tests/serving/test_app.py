@@ -351,6 +351,8 @@ def test_datasets_and_variants(client: TestClient) -> None:
                 "multi_label": False,
                 "variants": 4,
                 "routable": 3,
+                "graph_version": 0,
+                "live": False,
             }
         ]
     }

@@ -267,4 +267,9 @@ async def answer(
         content = await anyio.to_thread.run_sync(encode_payload, payload)
     else:
         content = orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
-    return content, {"X-Variant": variant_id, "Server-Timing": server_timing}
+    headers = {
+        "X-Variant": variant_id,
+        "Server-Timing": server_timing,
+        "X-Graph-Version": str(out.graph_version),
+    }
+    return content, headers

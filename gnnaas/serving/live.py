@@ -1,0 +1,182 @@
+"""Serving a live graph: the open state of each dataset and the group-commit writer.
+
+:class:`LiveState` is one dataset's :class:`~gnnaas.data.live.LiveGraph` with its open write log
+and the lock on its state folder; a process opens each at most once (a reload reuses it).
+:class:`LiveWriter` turns write requests into durable, visible writes:
+
+1. requests queue up while the previous group commits; the committer takes them all as one group;
+2. each is validated against the graph plus the group's earlier writes (:class:`Staging`); a bad
+   one fails alone with its :class:`~gnnaas.data.live.WriteError` and is never logged;
+3. the group's records are appended to the log and fsynced once (group commit), off the event loop;
+4. the writes are applied under the router's exclusive gate, between batches, so every forward
+   pass reads one version of the graph;
+5. only then are the writers answered, with the version their write produced: an acknowledged
+   write is on disk and visible to the next prediction (read-your-writes).
+
+A log that cannot be written stops all writes (503) until a restart replays what is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gnnaas.data.live import LiveGraph, Staging, Write, WriteLog, open_live
+from gnnaas.errors import OverloadedError
+
+__all__ = ["LiveState", "LiveWriter"]
+
+_log = logging.getLogger(__name__)
+
+_MAX_GROUP = 512  # writes per commit group
+Exclusive = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+
+@dataclass(eq=False)
+class LiveState:
+    """One dataset's live graph, its log and the lock on its state folder."""
+
+    graph: LiveGraph
+    log: WriteLog
+    lock: Any
+    key: tuple[str, str] = ("", "")
+    writer: LiveWriter | None = field(default=None, repr=False)
+
+    # The live states this process has open, by (state dir, dataset).
+    _OPEN: ClassVar[dict[tuple[str, str], LiveState]] = {}
+
+    @classmethod
+    def open(cls, store: Any, state_dir: Path | str) -> LiveState:
+        """The live state of ``store`` under ``state_dir``, opened (and replayed) once per
+        process.
+
+        Raises:
+            ConfigError: another process holds it.
+            ArtifactError: its snapshot or log cannot be used.
+        """
+        key = (str(Path(state_dir).resolve()), store.name)
+        state = cls._OPEN.get(key)
+        if state is None:
+            graph, log, lock = open_live(store, state_dir)
+            state = cls(graph, log, lock, key)
+            cls._OPEN[key] = state
+            _log.info(
+                "dataset %s: live graph at version %d (%d nodes)",
+                store.name,
+                graph.version,
+                graph.num_nodes,
+            )
+        return state
+
+    def close(self) -> None:
+        """Closes the log and releases the lock (after the last write)."""
+        if self._OPEN.get(self.key) is self:
+            del self._OPEN[self.key]
+        self.log.close()
+        self.lock.__exit__(None, None, None)
+
+    def writer_for(self, exclusive: Exclusive, retry_after_s: int) -> LiveWriter:
+        """The dataset's writer (one per state), applying under ``exclusive``."""
+        if self.writer is None:
+            self.writer = LiveWriter(self, exclusive, retry_after_s)
+        return self.writer
+
+
+class LiveWriter:
+    """Validates, logs (group commit) and applies writes to one live graph (module docstring).
+
+    Args:
+        state (LiveState): the graph and its log.
+        exclusive (Callable): an async context manager factory under which no batch runs.
+        retry_after_s (int): ``Retry-After`` of the 503 once the log has failed.
+    """
+
+    def __init__(self, state: LiveState, exclusive: Exclusive, retry_after_s: int = 1) -> None:
+        self.state = state
+        self.exclusive = exclusive
+        self.retry_after_s = retry_after_s
+        self._pending: list[tuple[Callable[[Staging], Write], asyncio.Future[Any]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._broken: str | None = None
+        self.groups = 0  # commit groups (fsyncs), read by tests and benchmarks
+
+    async def submit(self, build: Callable[[Staging], Write]) -> tuple[Write, int]:
+        """Queues one write (``build`` validates it against a :class:`Staging`) and waits until
+        it is durable and applied.
+
+        Returns:
+            tuple[Write, int]: the write as applied and the graph version it produced.
+
+        Raises:
+            WriteError: the write is invalid (nothing of it was applied).
+            OverloadedError: the log failed earlier; writes are refused until a restart.
+        """
+        if self._broken is not None:
+            raise OverloadedError(self._broken, self.retry_after_s)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((build, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._commit_loop())
+        return await asyncio.shield(future)  # a client that leaves does not cancel its write
+
+    async def _commit_loop(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending[:_MAX_GROUP], self._pending[_MAX_GROUP:]
+            staging = self.state.graph.stage()
+            accepted: list[tuple[Write, asyncio.Future[Any]]] = []
+            for build, future in group:
+                try:
+                    accepted.append((build(staging), future))
+                except Exception as exc:  # WriteError, or a bug: that write fails alone
+                    future.set_exception(exc)
+            if not accepted:
+                continue
+            first = self.state.graph.version + 1
+            try:
+                await asyncio.to_thread(self._persist, [w for w, _ in accepted], first)
+            except Exception as exc:  # the disk, or a bug: what is on disk is unknown now
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+                self._broken = (
+                    f"the write log cannot be written ({why}); writes are "
+                    f"refused until the server restarts"
+                )
+                _log.error("live graph %s: %s", self.state.key[1], self._broken)
+                for _, future in accepted:
+                    future.set_exception(OverloadedError(self._broken, self.retry_after_s))
+                for _, future in self._pending:
+                    future.set_exception(OverloadedError(self._broken, self.retry_after_s))
+                self._pending = []
+                return
+            async with self.exclusive():
+                for write, _ in accepted:
+                    self.state.graph.apply(write)
+            self.groups += 1
+            for i, (write, future) in enumerate(accepted):
+                future.set_result((write, first + i))
+
+    async def drain(self) -> None:
+        """Waits for the writes already queued (shutdown)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _persist(self, writes: list[Write], first: int) -> None:
+        self.state.log.append([(first + i, w.payload()) for i, w in enumerate(writes)])
+
+
+@contextlib.asynccontextmanager
+async def all_permits(gate: asyncio.Semaphore, permits: int) -> AsyncIterator[None]:
+    """Holds every permit of ``gate``: no batch runs meanwhile."""
+    taken = 0
+    try:
+        for _ in range(permits):
+            await gate.acquire()
+            taken += 1
+        yield
+    finally:
+        for _ in range(taken):
+            gate.release()

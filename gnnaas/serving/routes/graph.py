@@ -1,0 +1,168 @@
+"""Writes to a live graph: new nodes, edges added and removed, a node's features.
+
+Every route needs ``Authorization: Bearer $GNNAAS_WRITE_TOKEN`` and a server started with
+``--state-dir`` (:mod:`gnnaas.serving.live`). Errors:
+
+======  ===================================================================================
+status  when
+======  ===================================================================================
+403     writes are not configured (no ``GNNAAS_WRITE_TOKEN``, or no ``--state-dir``)
+401     missing or wrong token
+404     unknown dataset
+422     a malformed body, or a write that cannot apply (wrong feature width, NaN, ids out of
+        range, an edge to remove that is not there or to add that is, over the size limits):
+        ``detail`` names the first offender and nothing of the write is applied
+503     the write log failed (writes stop until a restart), or the server is stopping
+======  ===================================================================================
+
+A 200 means the write is on disk (fsynced) and visible to the next prediction; its
+``graph_version`` (also ``X-Graph-Version``) is the version predictions report once they see it.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gnnaas.data.live import Staging, WriteError
+from gnnaas.serving.deps import RouterDep, dataset_of
+from gnnaas.serving.live import LiveWriter
+from gnnaas.serving.router import Router
+from gnnaas.serving.schemas import (
+    EdgesWrite,
+    ErrorResponse,
+    FeaturesWrite,
+    NodesWrite,
+    WriteResponse,
+)
+from gnnaas.serving.settings import Settings
+
+__all__ = ["router"]
+
+DISABLED_DETAIL = (
+    "writes are disabled on this server; start it with --state-dir and GNNAAS_WRITE_TOKEN set"
+)
+_bearer = HTTPBearer(
+    auto_error=False, scheme_name="WriteToken", description="The server's `GNNAAS_WRITE_TOKEN`."
+)
+
+
+async def require_writer(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """Dependency: 403 when writes are off, 401 unless the bearer token is the write token."""
+    settings: Settings = request.app.state.settings
+    metrics = request.app.state.metrics
+    if settings.write_token is None or settings.state_dir is None:
+        metrics.rejected("writes_disabled")
+        raise HTTPException(403, DISABLED_DETAIL)
+    expected = settings.write_token.get_secret_value().encode()
+    given = b"" if credentials is None else credentials.credentials.encode()
+    if not hmac.compare_digest(given, expected):
+        metrics.rejected("unauthorized")
+        detail = (
+            "missing write token; send 'Authorization: Bearer <GNNAAS_WRITE_TOKEN>'"
+            if credentials is None
+            else "wrong write token"
+        )
+        raise HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+router = APIRouter(tags=["graph"], dependencies=[Depends(require_writer)])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in (
+        (401, "Missing or wrong bearer token."),
+        (403, "Writes are not configured on this server."),
+        (404, "Unknown dataset."),
+        (422, "Malformed body, or a write that cannot apply; nothing of it was applied."),
+        (503, "The write log failed or the server is stopping; `Retry-After` says when to retry."),
+    )
+}
+
+
+def _writer(core: Router, dataset: str) -> LiveWriter:
+    served = dataset_of(core, dataset)
+    if served.live is None:  # pragma: no cover - every dataset is live with --state-dir
+        raise HTTPException(403, f"dataset {dataset!r} is not live; {DISABLED_DETAIL}")
+    return served.live.writer_for(core.exclusive, core.settings.retry_after_s)
+
+
+async def _commit(core: Router, dataset: str, build: Any, response: Response) -> Any:
+    try:
+        write, version = await _writer(core, dataset).submit(build)
+    except WriteError as exc:
+        core.metrics.rejected("invalid_write")
+        return None, JSONResponse({"detail": str(exc)}, status_code=422)
+    response.headers["X-Graph-Version"] = str(version)
+    return (write, version), None
+
+
+@router.post(
+    "/datasets/{dataset}/nodes",
+    response_model=WriteResponse,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
+    summary="Add nodes (and their edges) to a live graph",
+)
+async def add_nodes(dataset: str, body: NodesWrite, core: RouterDep, response: Response) -> Any:
+    """Adds nodes with their feature rows and edges; answers their ids (assigned in order)."""
+
+    def build(staging: Staging) -> Any:
+        return staging.add_nodes(body.features, body.edges)
+
+    done, error = await _commit(core, dataset, build, response)
+    if error is not None:
+        return error
+    write, version = done
+    k = write.features.shape[0]
+    return WriteResponse(graph_version=version, ids=list(range(write.first_id, write.first_id + k)))
+
+
+@router.post(
+    "/datasets/{dataset}/edges",
+    response_model=WriteResponse,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
+    summary="Add and remove edges of a live graph",
+)
+async def change_edges(dataset: str, body: EdgesWrite, core: RouterDep, response: Response) -> Any:
+    """Removes, then adds edges between existing nodes, all or nothing."""
+
+    def build(staging: Staging) -> Any:
+        return staging.change_edges(body.add, body.remove)
+
+    done, error = await _commit(core, dataset, build, response)
+    if error is not None:
+        return error
+    write, version = done
+    return WriteResponse(
+        graph_version=version, added=int(write.add.shape[1]), removed=int(write.remove.shape[1])
+    )
+
+
+@router.put(
+    "/datasets/{dataset}/nodes/{node}/features",
+    response_model=WriteResponse,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
+    summary="Replace a node's features in a live graph",
+)
+async def set_features(
+    dataset: str, node: int, body: FeaturesWrite, core: RouterDep, response: Response
+) -> Any:
+    """Replaces the feature row of ``node`` (every variant's pruned copy with it)."""
+
+    def build(staging: Staging) -> Any:
+        return staging.set_features(node, body.features)
+
+    done, error = await _commit(core, dataset, build, response)
+    if error is not None:
+        return error
+    return WriteResponse(graph_version=done[1])
