@@ -1,13 +1,18 @@
 """Scale: one process, worker processes and Ray Serve against one load, with their floors.
 
-Servers (``--backends``), all on free 127.0.0.1 ports and all up for the whole run:
+Servers (``--backends``), on free 127.0.0.1 ports:
 
 - ``single``: ``gnnaas serve`` (one process, the default);
 - ``workers2``: ``gnnaas serve --workers 2``;
-- ``ray1`` / ``ray2``: ``gnnaas serve --backend ray --replicas 1`` / ``2`` (needs the ``[ray]``
-  extra; a local Ray with ``num_cpus=2``);
-- ``trivial``: ``benchmarks/trivial_app.py`` on plain uvicorn, and ``trivial-ray``: the same app as
-  a Ray Serve ingress (the floors of the two stacks).
+- ``trivial``: ``benchmarks/trivial_app.py`` on plain uvicorn (the floor of that stack);
+- ``ray1`` / ``ray2``: gnnaas on Ray Serve with 1 / 2 replicas of the dataset's deployment
+  (``gnnaas.serving.ray_backend.run_ray``, the code of ``gnnaas serve --backend ray``; needs the
+  ``[ray]`` extra), on a local Ray with ``num_cpus=2`` started in this process, next to the trivial
+  app deployed on the same Serve proxy under ``/trivial`` (``trivial-ray@rayN``, the floor of the
+  Ray stack), measured together with ``single`` again (``single@rayN``).
+
+The process servers are measured first, interleaved; then each Ray deployment, interleaved with
+its floor and the single process.
 
 For every request size (1 and 64 random test nodes of ``--dataset``, router at
 ``X-Accuracy-Tolerance: 2``) each server's sustained rate is measured the way
@@ -55,7 +60,7 @@ from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
 __all__ = ["main"]
 
 REPO = Path(__file__).resolve().parents[1]
-BACKENDS = ("single", "workers2", "ray1", "ray2", "trivial", "trivial-ray")
+BACKENDS = ("single", "workers2", "trivial", "ray1", "ray2")
 ROUTER_HEADERS = {"X-Accuracy-Tolerance": "2"}
 
 
@@ -67,17 +72,11 @@ def have_ray() -> bool:
 def backend_cmd(
     name: str, dataset: str, variants: Path, profiles: Path, port: int, device: str
 ) -> list[str]:
-    """The command that serves ``name`` on 127.0.0.1:``port``."""
+    """The command that serves ``name`` (a process backend) on 127.0.0.1:``port``."""
     if name == "trivial":
         return trivial_cmd(port)
-    if name == "trivial-ray":
-        return [sys.executable, "-m", "gnnaas.serving.ray_backend", "trivial", "--port", str(port)]
     cmd = serve_cmd(dataset, variants, profiles, port, device)
-    if name == "workers2":
-        return [*cmd, "--workers", "2"]
-    if name in ("ray1", "ray2"):
-        return [*cmd, "--backend", "ray", "--replicas", name[-1]]
-    return cmd
+    return [*cmd, "--workers", "2"] if name == "workers2" else cmd
 
 
 def tree_pss_mb(pid: int) -> float:
@@ -102,6 +101,42 @@ def sequential_p50(url: str, bodies: list[bytes], headers: dict[str, str], n: in
     return asyncio.run(run_closed(url, bodies, headers, spec)).percentile(50)
 
 
+def measure(
+    pols: list[Policy],
+    nodes: Any,
+    args: argparse.Namespace,
+    results: dict[str, Any],
+    idle: list[ServerProcess],
+    dataset: str,
+) -> None:
+    """Sequential p50 and sustained rate of every policy, per request size, into ``results``."""
+    for size, bound_ms in ((1, 20.0), (64, 50.0)):
+        if size not in args.sizes:
+            continue
+        bodies = make_bodies(nodes, size, 512, seed=size)
+        group = [p for p in pols if size == 1 or not p.key.startswith("trivial")]
+        for pol in group:  # warm-up
+            spec = StepSpec(rate_rps=0.0, duration_s=1.0, max_requests=400, concurrency=2)
+            asyncio.run(run_closed(pol.url or "", bodies, pol.headers, spec))
+        seq = results["sequential_p50_ms"].setdefault(str(size), {})
+        for pol in group:
+            seq[pol.key] = sequential_p50(pol.url or "", bodies, pol.headers, args.sequential)
+        say(f"size {size}: sequential p50 " + ", ".join(
+            f"{p.key} {seq[p.key]:.2f} ms" for p in group
+        ))  # fmt: skip
+        block = results["sizes"].setdefault(str(size), {"bound_ms": bound_ms, "repeats": []})
+        for r in range(args.repeats):
+            for server in idle:
+                wait_idle(server, dataset)
+            measured = sustained_interleaved("", bodies, group, args, bound_ms, rotate=r)
+            say(f"size {size} repeat {r + 1}: " + ", ".join(
+                f"{k} {v['rate_rps']:.0f}" for k, v in measured.items()
+            ) + f" req/s at p99 <= {bound_ms:g} ms")  # fmt: skip
+            if len(block["repeats"]) <= r:
+                block["repeats"].append({})
+            block["repeats"][r].update(measured)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = QUICK  # synth-flickr@0.2 variants as bench_policy and bench_drift use them
     workdir = Path(args.workdir)
@@ -117,58 +152,109 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sequential_p50_ms": {},
         "memory_pss_mb": {},
     }
+    procs = [b for b in args.backends if b in ("single", "workers2", "trivial")]
+    rays = [b for b in args.backends if b in ("ray1", "ray2")]
     with contextlib.ExitStack() as stack:
         servers: dict[str, ServerProcess] = {}
-        ports: set[int] = set()
-        for name in args.backends:
+        for name in procs:
             port = free_port()
-            while port in ports:
+            while any(s.port == port for s in servers.values()):
                 port = free_port()
-            ports.add(port)
             cmd = backend_cmd(name, cfg.dataset, variants_dir, profiles_dir, port, "cpu")
             say(f"starting {name}: {' '.join(cmd[2:])}")
             log = workdir / f"scale-{name}.log"
             servers[name] = stack.enter_context(ServerProcess(cmd, port, log, env=env))
-        gnnaas_servers = [n for n in args.backends if not n.startswith("trivial")]
 
-        def policy(name: str, size: int) -> Policy:
+        def policy(name: str, base_url: str) -> Policy:
             headers = {} if name.startswith("trivial") else ROUTER_HEADERS
-            return Policy(name, headers, None, url=f"{servers[name].base_url}{route}")
+            return Policy(name, headers, None, url=f"{base_url}{route}")
 
-        for size, bound_ms in ((1, 20.0), (64, 50.0)):
-            if size not in args.sizes:
-                continue
-            bodies = make_bodies(nodes, size, 512, seed=size)
-            pols = [
-                policy(n, size) for n in args.backends if size == 1 or not n.startswith("trivial")
-            ]
-            for pol in pols:  # warm-up
-                spec = StepSpec(rate_rps=0.0, duration_s=1.0, max_requests=400, concurrency=2)
-                asyncio.run(run_closed(pol.url or "", bodies, pol.headers, spec))
-            results["sequential_p50_ms"][str(size)] = {
-                pol.key: sequential_p50(pol.url or "", bodies, pol.headers, args.sequential)
-                for pol in pols
-            }
-            say(f"size {size}: sequential p50 " + ", ".join(
-                f"{k} {v:.2f} ms" for k, v in results["sequential_p50_ms"][str(size)].items()
-            ))  # fmt: skip
-            repeats = []
-            for r in range(args.repeats):
-                for name in gnnaas_servers:
-                    wait_idle(servers[name], cfg.dataset)
-                measured = sustained_interleaved("", bodies, pols, args, bound_ms, rotate=r)
-                say(f"size {size} repeat {r + 1}: " + ", ".join(
-                    f"{k} {v['rate_rps']:.0f}" for k, v in measured.items()
-                ) + f" req/s at p99 <= {bound_ms:g} ms")  # fmt: skip
-                repeats.append(measured)
-            results["sizes"][str(size)] = {"bound_ms": bound_ms, "repeats": repeats}
+        idle = [s for n, s in servers.items() if n != "trivial"]
+        pols = [policy(n, s.base_url) for n, s in servers.items()]
+        measure(pols, nodes, args, results, idle, cfg.dataset)
         for name, server in servers.items():
             results["memory_pss_mb"][name] = tree_pss_mb(server.pid)
+        if rays:
+            # Ray in this process (the driver): one local cluster, one Serve proxy; the trivial
+            # app under /trivial next to gnnaas; 1 then 2 replicas of the dataset's deployment.
+            from gnnaas.serving import ray_backend
+            from gnnaas.serving.settings import Settings
+
+            sys.path.insert(0, str(REPO / "benchmarks"))
+            import trivial_app
+
+            port = free_port()
+            settings = Settings(
+                variants_dir=variants_dir,
+                profiles_dir=profiles_dir,
+                datasets=[cfg.dataset],
+                device="cpu",
+                torch_threads=1,
+            )
+            ray_backend.start_ray(num_cpus=2, host="127.0.0.1", port=port)
+            stack.callback(ray_backend.shutdown_ray)
+            base = f"http://127.0.0.1:{port}"
+            for name in rays:
+                replicas = int(name[-1])
+                say(f"deploying gnnaas on Ray with {replicas} replica(s)")
+                ray_backend.run_ray(
+                    settings, replicas=replicas, port=port, replica_cpus=2.0 / replicas
+                )
+                if name == rays[0]:
+                    ray_backend.run_asgi_app(
+                        trivial_app.create_app, name="trivial", route_prefix="/trivial"
+                    )
+                floor = Policy(f"trivial-ray@{name}", {}, None, url=f"{base}/trivial{route}")
+                anchor = (
+                    policy(f"single@{name}", servers["single"].base_url)
+                    if "single" in servers
+                    else None
+                )
+                group = [policy(name, base), floor] + ([anchor] if anchor else [])
+                measure(group, nodes, args, results, idle, cfg.dataset)
+                pids = ray_backend.replica_pids(cfg.dataset)
+                results["memory_pss_mb"][name] = sum(tree_pss_mb(p) for p in pids.values())
+                results.setdefault("ray_replica_pids", {})[name] = pids
     return results
 
 
 def _median(values: Sequence[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+
+
+def _rates(results: dict[str, Any], size: str, key: str) -> list[float]:
+    block = results["sizes"].get(size, {"repeats": []})
+    return [rep[key]["rate_rps"] for rep in block["repeats"] if key in rep]
+
+
+def _verdicts(results: dict[str, Any]) -> list[str]:
+    """The issue's goals, computed from the run (only for what was measured)."""
+    lines = ["## Goals", ""]
+    for size in results["sizes"]:
+        single, workers = _rates(results, size, "single"), _rates(results, size, "workers2")
+        if single and workers:
+            ratio = statistics.median(w / s for w, s in zip(workers, single, strict=True))
+            lines.append(
+                f"- {size}-node: `--workers 2` / one process = {ratio:.2f} (median of repeats; "
+                f"goal for 1 node: > 1)"
+            )
+        for name in ("ray1", "ray2"):
+            mine, floor = _rates(results, size, name), _rates(results, size, f"trivial-ray@{name}")
+            if mine and floor:
+                ratio = statistics.median(m / f for m, f in zip(mine, floor, strict=True))
+                lines.append(
+                    f"- {size}-node: gnnaas on Ray ({name}) / trivial app on Ray = {ratio:.2f} of "
+                    f"its sustained rate (goal ≥ 0.70)"
+                )
+            seq = results["sequential_p50_ms"].get(size, {})
+            if name in seq and f"trivial-ray@{name}" in seq:
+                extra = seq[name] - seq[f"trivial-ray@{name}"]
+                lines.append(
+                    f"- {size}-node: gnnaas on Ray ({name}) adds {extra:.2f} ms of sequential p50 "
+                    f"over the trivial app on Ray (goal ≤ 2 ms)"
+                )
+    lines.append("")
+    return lines
 
 
 def write_markdown(results: dict[str, Any], path: Path) -> None:
@@ -204,6 +290,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             rates = [rep[key]["rate_rps"] for rep in block["repeats"]]
             lines.append(f"| {key} | {_median(rates)} | {seq[key]:.2f} |")
         lines.append("")
+    lines += _verdicts(results)
     lines += ["## Memory (PSS of each server's process tree after the run)", ""]
     lines += ["| server | PSS MB |", "|---|---:|"]
     for name, mb in results["memory_pss_mb"].items():

@@ -9,8 +9,8 @@ Example:
     python benchmarks/trivial_app.py --port 8123
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Ray Serve ships this module by value, and FastAPI
+# must see the route's parameter types as objects there, not as names to resolve.
 import argparse
 
 from fastapi import FastAPI, Response

@@ -381,6 +381,27 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compact(args: argparse.Namespace) -> int:
+    """Folds a live graph's write log into a new snapshot (the server must be stopped)."""
+    state_dir = args.state_dir or os.environ.get("GNNAAS_STATE_DIR")
+    if not state_dir:
+        raise ConfigError("compact: pass --state-dir (or set GNNAAS_STATE_DIR), as for serve")
+    from gnnaas.data.live import compact, state_folder
+
+    _start(args, f"loading dataset {args.dataset}")
+    store = _load(args)
+    if not state_folder(state_dir, store.name).is_dir():
+        raise ConfigError(
+            f"compact: no live state of {store.name} under {state_dir} (nothing was written)"
+        )
+    summary = compact(store, state_dir)
+    print(
+        f"compacted {store.name}: version {summary['version']}, {summary['records']} log records "
+        f"folded, {summary['num_nodes']:,} nodes, {summary['num_edges']:,} edges"
+    )
+    return 0
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (not yet listening), or a one-line error if taken.
 
@@ -542,6 +563,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
             ) from None
+        if settings.state_dir is not None and (args.backend == "ray" or args.workers > 1):
+            raise ConfigError(
+                "serve: a live graph (--state-dir) is served by one process; drop --workers / "
+                "--backend ray, or the state folder"
+            )
         if args.backend == "ray":
             sock.close()  # Serve's proxy binds the port itself
             return _serve_ray(args, settings)
@@ -837,6 +863,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "--runs", type=_positive_int, default=10, help="timed runs per variant (default: 10)"
     )
     p.set_defaults(func=_cmd_prepare)
+
+    p = sub.add_parser(
+        "compact",
+        help="fold a live graph's write log into a new snapshot",
+        description="Fold the write log of a live graph (written by `serve --state-dir`) into a "
+        "new base snapshot, atomically, so that start-up replays nothing and the overlay is "
+        "empty. Stop the server first (the state folder is locked while it runs).",
+    )
+    _add_data_args(p)
+    p.add_argument(
+        "--state-dir", default=None, help="the server's --state-dir (default: $GNNAAS_STATE_DIR)"
+    )
+    p.set_defaults(func=_cmd_compact)
 
     p = sub.add_parser(
         "serve",

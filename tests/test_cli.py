@@ -25,6 +25,7 @@ COMMANDS = [
     "prepare",
     "serve",
     "ray-config",
+    "compact",
 ]
 
 

@@ -163,3 +163,49 @@ def test_a_bad_write_is_refused_whole(
     if message is not None:
         assert re.search(message, r.json()["detail"]), r.json()["detail"]
     assert (graph.version, graph.num_nodes, graph.stats()["overlay_entries"]) == before
+
+
+def test_compact_folds_the_log_and_the_server_starts_from_the_snapshot(
+    repository: tuple[Path, Path],
+    small_store: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gnnaas.cli import main
+
+    n = small_store.num_nodes
+    state = tmp_path / "state"
+    with TestClient(create_app(_settings(repository, state))) as client:
+        url = f"/v1/datasets/{small_store.name}"
+        row = [0.25] * small_store.num_features
+        assert (
+            client.post(f"{url}/nodes", json={"features": [row]}, headers=AUTH).status_code == 200
+        )
+        r = client.post(f"{url}/edges", json={"add": [[n, 3], [3, n]]}, headers=AUTH)
+        assert r.status_code == 200
+        # While the server runs, its state is locked: compaction refuses, one line, exit 1.
+        assert main(["compact", "--dataset", small_store.name, "--state-dir", str(state)]) == 1
+        assert "in use by another gnnaas process" in capsys.readouterr().err
+        before = _predict(client, small_store, [3, n]).json()["predictions"]
+    assert main(["compact", "--dataset", small_store.name, "--state-dir", str(state)]) == 0
+    assert "version 2, 2 log records folded" in capsys.readouterr().out
+    assert (state / small_store.name / "log.wal").stat().st_size == 0
+    with TestClient(create_app(_settings(repository, state))) as client:
+        after = _predict(client, small_store, [3, n])
+        assert after.headers["X-Graph-Version"] == "2"
+        for got, want in zip(after.json()["predictions"], before, strict=True):
+            assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_a_live_graph_is_served_by_one_process(
+    repository: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_server import _free_port
+
+    from gnnaas.cli import main
+
+    for extra in (["--workers", "2"], ["--backend", "ray"]):
+        argv = ["serve", "--variants", str(repository[0]), "--profiles", str(repository[1])]
+        argv += ["--state-dir", str(tmp_path), "--port", str(_free_port()), *extra]
+        assert main(argv) == 1
+        assert "served by one process" in capsys.readouterr().err
