@@ -197,8 +197,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for name in rays:
                 replicas = int(name[-1])
                 say(f"deploying gnnaas on Ray with {replicas} replica(s)")
+                # One CPU of Ray's 2 for the dataset's replicas whatever their number, so a
+                # redeployment fits beside the replicas it replaces (Serve starts the new ones
+                # first; more would wait for CPUs for ever). A reservation, not a limit.
                 ray_backend.run_ray(
-                    settings, replicas=replicas, port=port, replica_cpus=2.0 / replicas
+                    settings, replicas=replicas, port=port, replica_cpus=1.0 / replicas
                 )
                 if name == rays[0]:
                     ray_backend.run_asgi_app(
