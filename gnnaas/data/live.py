@@ -48,7 +48,16 @@ from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
 
-__all__ = ["LiveGraph", "Staging", "WriteError", "WriteLog", "compact", "state_folder"]
+__all__ = [
+    "LiveGraph",
+    "Prepared",
+    "Staging",
+    "Write",
+    "WriteError",
+    "WriteLog",
+    "compact",
+    "state_folder",
+]
 
 _HEADER = struct.Struct("<IIQ")  # payload length, crc32 of the payload, graph version after it
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
@@ -136,6 +145,25 @@ class Write:
             remove=edges("remove"),
             node=int(body.get("node", -1)),
         )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A group of writes as :meth:`LiveGraph.commit` applies it.
+
+    Args:
+        lists (dict[int, np.ndarray]): the new sorted in-neighbors of every touched target.
+        rows (list): ``(first row, [k, F] values)`` feature rows to write.
+        num_nodes (int): the node count after the group.
+        writes (int): writes in the group (the version advances by as many).
+        edge_updates (int): edges added plus removed.
+    """
+
+    lists: dict[int, np.ndarray]
+    rows: list[tuple[int, np.ndarray]]
+    num_nodes: int
+    writes: int
+    edge_updates: int
 
 
 class LiveGraph:
@@ -271,61 +299,96 @@ class LiveGraph:
         return Staging(self)
 
     def apply(self, write: Write) -> None:
-        """Applies one validated write and advances the version (no other check: validation is
-        :class:`Staging`'s, replay trusts the log)."""
-        if write.kind == "nodes":
-            assert write.features is not None
-            k = write.features.shape[0]
-            if write.first_id != self._num_nodes:
-                raise ArtifactError(
-                    f"live graph: a node write expects first id {write.first_id}, the graph has "
-                    f"{self._num_nodes} nodes (log out of order)"
-                )
-            rows = torch.from_numpy(write.features)
-            self._x[self._num_nodes : self._num_nodes + k] = rows
-            for index, buf in self._subsets.values():
-                buf[self._num_nodes : self._num_nodes + k] = rows.index_select(1, index)
-            empty = np.empty(0, np.int64)
-            for node in range(self._num_nodes, self._num_nodes + k):
-                self._set_list(node, empty)  # a new node reads the overlay, even without edges
-            self._num_nodes += k
-        elif write.kind == "features":
-            assert write.features is not None
-            row = torch.from_numpy(write.features.reshape(1, -1))
-            self._x[write.node] = row[0]
-            for index, buf in self._subsets.values():
-                buf[write.node] = row[0].index_select(0, index)
-        self._change_edges(write.add, write.remove)
-        self.version += 1
+        """Applies one validated write and advances the version (replay; the server prepares a
+        whole group off its event loop and commits it at once, :meth:`prepare` / :meth:`commit`)."""
+        self.commit(self.prepare([write]))
 
-    def _change_edges(self, add: np.ndarray | None, remove: np.ndarray | None) -> None:
-        add = np.empty((2, 0), np.int64) if add is None else add
-        remove = np.empty((2, 0), np.int64) if remove is None else remove
-        if not add.size and not remove.size:
-            return
-        self.edge_updates += add.shape[1] + remove.shape[1]
-        targets = np.unique(np.concatenate([add[1], remove[1]]))
-        for t in targets.tolist():
-            current = self.neighbors(t)
-            gone = remove[0][remove[1] == t]
-            if gone.size:
-                current = current[~np.isin(current, gone)]
-            new = add[0][add[1] == t]
-            if new.size:
-                current = np.union1d(current, new)
-            self._set_list(t, current)
+    def prepare(self, writes: Sequence[Write]) -> Prepared:
+        """What a group of validated writes changes, computed without changing anything: the new
+        in-neighbor list of every touched target, the feature rows to write, the node count.
 
-    def _set_list(self, node: int, neighbors: np.ndarray) -> None:
-        old = self._over_idx[node]
-        if old >= 0:
+        Reads the graph only, so it may run in another thread while batches read the graph;
+        :meth:`commit` then applies it in a few array operations (the server holds its exclusive
+        gate for that part alone). No other check: validation is :class:`Staging`'s, replay
+        trusts the log.
+
+        Raises:
+            ArtifactError: a node write does not continue the node ids (a log out of order).
+        """
+        lists: dict[int, np.ndarray] = {}
+        rows: list[tuple[int, np.ndarray]] = []
+        n = self._num_nodes
+        updates = 0
+        empty = np.empty(0, np.int64)
+
+        def current(t: int) -> np.ndarray:
+            got = lists.get(t)
+            if got is not None:
+                return got
+            return self.neighbors(t) if t < self._num_nodes else empty
+
+        for write in writes:
+            if write.kind == "nodes":
+                assert write.features is not None
+                if write.first_id != n:
+                    raise ArtifactError(
+                        f"live graph: a node write expects first id {write.first_id}, the graph "
+                        f"has {n} nodes (log out of order)"
+                    )
+                k = write.features.shape[0]
+                rows.append((n, write.features))
+                for node in range(n, n + k):  # a new node reads the overlay, even without edges
+                    lists[node] = empty
+                n += k
+            elif write.kind == "features":
+                assert write.features is not None
+                rows.append((write.node, write.features.reshape(1, -1)))
+            add = np.empty((2, 0), np.int64) if write.add is None else write.add
+            remove = np.empty((2, 0), np.int64) if write.remove is None else write.remove
+            updates += add.shape[1] + remove.shape[1]
+            if not add.size and not remove.size:
+                continue
+            targets = np.concatenate([add[1], remove[1]])
+            order_add, order_remove = np.argsort(add[1], kind="stable"), np.argsort(remove[1])
+            add_t, add_s = add[1][order_add], add[0][order_add]
+            rem_t, rem_s = remove[1][order_remove], remove[0][order_remove]
+            for t in np.unique(targets).tolist():
+                adj = current(t)
+                lo, hi = np.searchsorted(rem_t, t), np.searchsorted(rem_t, t, side="right")
+                if hi > lo:
+                    adj = adj[~np.isin(adj, rem_s[lo:hi])]
+                lo, hi = np.searchsorted(add_t, t), np.searchsorted(add_t, t, side="right")
+                if hi > lo:
+                    adj = np.union1d(adj, add_s[lo:hi])
+                lists[t] = adj
+        return Prepared(lists, rows, n, len(writes), updates)
+
+    def commit(self, prepared: Prepared) -> None:
+        """Applies a prepared group (:meth:`prepare`): appends the new lists to the overlay in one go,
+        points the targets at them, writes the feature rows and advances the version."""
+        for start, block in prepared.rows:
+            values = torch.from_numpy(block)
+            self._x[start : start + block.shape[0]] = values
+            for index, buf in self._subsets.values():
+                buf[start : start + block.shape[0]] = values.index_select(1, index)
+        if prepared.lists:
+            targets = np.fromiter(prepared.lists, np.int64, count=len(prepared.lists))
+            arrays = list(prepared.lists.values())
+            lengths = np.fromiter((a.shape[0] for a in arrays), np.int64, count=len(arrays))
+            flat = np.concatenate(arrays).astype(np.int64, copy=False)
+            start = self._over_col.extend(flat)
+            first_slot = self._over_ptr.size - 1
+            self._over_ptr.extend(start + np.cumsum(lengths))
+            old = self._over_idx[targets]
+            had = old >= 0
             ptr = self._over_ptr.data
-            self._live_overlay -= int(ptr[old + 1] - ptr[old])
-        else:
-            self._overlaid += 1
-        start = self._over_col.extend(np.ascontiguousarray(neighbors, dtype=np.int64))
-        self._over_idx[node] = self._over_ptr.size - 1
-        self._over_ptr.extend(np.asarray([start + neighbors.shape[0]], np.int64))
-        self._live_overlay += int(neighbors.shape[0])
+            self._live_overlay -= int((ptr[old[had] + 1] - ptr[old[had]]).sum())
+            self._overlaid += int((~had).sum())
+            self._over_idx[targets] = first_slot + np.arange(targets.shape[0])
+            self._live_overlay += int(flat.shape[0])
+        self._num_nodes = prepared.num_nodes
+        self.version += prepared.writes
+        self.edge_updates += prepared.edge_updates
         if self._over_col.size > 4 * max(self._live_overlay, 1 << 16):
             self._repack()
 

@@ -124,22 +124,20 @@ class DepthSampler:
         On a CPU graph a compiled kernel samples the same tree (:mod:`gnnaas.sampling.fastpath`)
         when numba is installed: 10x faster for one seed, 2-3x for a thousand.
         """
-        overlay = None
-        if self._live is not None:
-            overlay = self._live.overlay_arrays()
-            if overlay is not None and self._hops_version != self._live.version:
-                # The torch path reads the merged graph (rebuilt only when this path runs).
-                self._hops = self._build_hops(*self._live.merged_csr())
-                self._hops_version = self._live.version
+        overlay = None if self._live is None else self._live.overlay_arrays()
+        if overlay is not None:
+            seeds = _check_live_seeds(seeds, self._live.num_nodes)  # type: ignore[union-attr]
         if self._fast is not None:
             if overlay is None:
                 seeds = self._hops[0]._check_seeds(seeds)
-            else:
-                seeds = _check_live_seeds(seeds, self._live.num_nodes)  # type: ignore[union-attr]
             rowptr, col, fanouts, keys, maps = self._fast
             sub = fastpath.sample_depth_numba(rowptr, col, seeds, fanouts, keys, maps, overlay)
             if sub is not None:
                 return sub
+        if overlay is not None and self._hops_version != self._live.version:  # type: ignore[union-attr]
+            # The torch path reads the merged graph, rebuilt only when this path runs (O(E)).
+            self._hops = self._build_hops(*self._live.merged_csr())  # type: ignore[union-attr]
+            self._hops_version = self._live.version  # type: ignore[union-attr]
         levels = [seeds]  # global ids of the rows of each depth
         edges: list[tuple[Tensor, Tensor]] = []  # (src row in depth d + 1, dst row in depth d)
         for hop in self._hops:

@@ -5,12 +5,14 @@ and the lock on its state folder; a process opens each at most once (a reload re
 :class:`LiveWriter` turns write requests into durable, visible writes:
 
 1. requests queue up while the previous group commits; the committer takes them all as one group;
-2. each is validated against the graph plus the group's earlier writes (:class:`Staging`); a bad
-   one fails alone with its :class:`~gnnaas.data.live.WriteError` and is never logged;
-3. the group's records are appended to the log and fsynced once (group commit), off the event loop;
-4. the writes are applied under the router's exclusive gate, between batches, so every forward
-   pass reads one version of the graph;
-5. only then are the writers answered, with the version their write produced: an acknowledged
+2. in a worker thread (the graph is only read there), each is validated against the graph plus the
+   group's earlier writes (:class:`Staging`; a bad one fails alone with its
+   :class:`~gnnaas.data.live.WriteError` and is never logged), the valid ones are appended to the
+   log and fsynced once (group commit), and their effect is prepared
+   (:meth:`~gnnaas.data.live.LiveGraph.prepare`: the new adjacency lists);
+3. the group is committed under the router's exclusive gate, between batches, in a few array
+   operations, so every forward pass reads one version of the graph;
+4. only then are the writers answered, with the version their write produced: an acknowledged
    write is on disk and visible to the next prediction (read-your-writes).
 
 A log that cannot be written stops all writes (503) until a restart replays what is on disk.
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gnnaas.data.live import LiveGraph, Staging, Write, WriteLog, open_live
+from gnnaas.data.live import LiveGraph, Prepared, Staging, Write, WriteLog, open_live
 from gnnaas.errors import OverloadedError
 
 __all__ = ["LiveState", "LiveWriter"]
@@ -127,45 +129,65 @@ class LiveWriter:
     async def _commit_loop(self) -> None:
         while self._pending:
             group, self._pending = self._pending[:_MAX_GROUP], self._pending[_MAX_GROUP:]
-            staging = self.state.graph.stage()
-            accepted: list[tuple[Write, asyncio.Future[Any]]] = []
-            for build, future in group:
-                try:
-                    accepted.append((build(staging), future))
-                except Exception as exc:  # WriteError, or a bug: that write fails alone
-                    future.set_exception(exc)
-            if not accepted:
-                continue
-            first = self.state.graph.version + 1
             try:
-                await asyncio.to_thread(self._persist, [w for w, _ in accepted], first)
+                # Validation, the new adjacency lists and the fsync run off the event loop: they
+                # only read the graph (this loop is its one writer), so batches go on meanwhile.
+                outcomes, prepared = await asyncio.to_thread(
+                    self._stage_and_persist, [build for build, _ in group]
+                )
             except Exception as exc:  # the disk, or a bug: what is on disk is unknown now
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
                 self._broken = (
-                    f"the write log cannot be written ({why}); writes are "
-                    f"refused until the server restarts"
+                    f"the write log cannot be written ({why}); writes are refused until the "
+                    f"server restarts"
                 )
                 _log.error("live graph %s: %s", self.state.key[1], self._broken)
-                for _, future in accepted:
-                    future.set_exception(OverloadedError(self._broken, self.retry_after_s))
-                for _, future in self._pending:
-                    future.set_exception(OverloadedError(self._broken, self.retry_after_s))
+                for _, future in [*group, *self._pending]:
+                    if not future.done():
+                        future.set_exception(OverloadedError(self._broken, self.retry_after_s))
                 self._pending = []
                 return
-            async with self.exclusive():
-                for write, _ in accepted:
-                    self.state.graph.apply(write)
-            self.groups += 1
-            for i, (write, future) in enumerate(accepted):
-                future.set_result((write, first + i))
+            if prepared is not None:
+                async with self.exclusive():  # a few array operations, between batches
+                    self.state.graph.commit(prepared)
+                self.groups += 1
+            for (_, future), outcome in zip(group, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+
+    def _stage_and_persist(
+        self, builds: list[Callable[[Staging], Write]]
+    ) -> tuple[list[Any], Prepared | None]:
+        """Validates a group, logs the valid writes (one fsync) and prepares their commit.
+
+        Returns:
+            tuple: per write its ``(write, version)`` or its exception, and the prepared group
+            (``None`` when no write was valid).
+        """
+        graph = self.state.graph
+        staging = graph.stage()
+        outcomes: list[Any] = []
+        accepted: list[Write] = []
+        for build in builds:
+            try:
+                write = build(staging)
+            except Exception as exc:  # WriteError, or a bug: that write fails alone
+                outcomes.append(exc)
+                continue
+            accepted.append(write)
+            outcomes.append((write, graph.version + len(accepted)))
+        if not accepted:
+            return outcomes, None
+        first = graph.version + 1
+        self.state.log.append([(first + i, w.payload()) for i, w in enumerate(accepted)])
+        return outcomes, graph.prepare(accepted)
 
     async def drain(self) -> None:
         """Waits for the writes already queued (shutdown)."""
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
-
-    def _persist(self, writes: list[Write], first: int) -> None:
-        self.state.log.append([(first + i, w.payload()) for i, w in enumerate(writes)])
 
 
 @contextlib.asynccontextmanager

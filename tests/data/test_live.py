@@ -221,3 +221,27 @@ def _depths(sub) -> list[int]:  # type: ignore[no-untyped-def]
     return torch.repeat_interleave(
         torch.arange(len(sub.num_sampled_nodes)), torch.tensor(sub.num_sampled_nodes)
     ).tolist()
+
+
+def test_a_group_committed_at_once_equals_its_writes_one_by_one() -> None:
+    store = _store()
+    one, group = _graph(store), _graph(store)
+    for g in (one, group):
+        g.features(torch.tensor([1, 3]))
+    staging = group.stage()
+    writes = [
+        staging.add_nodes([[1, 2, 3, 4], [5, 6, 7, 8]], [[-1, 0], [-2, -1]]),
+        staging.change_edges(add=[[30, 4], [31, 4]], remove=[[int(group.neighbors(4)[0]), 4]]),
+        staging.change_edges(remove=[[30, 4]], add=[[4, 30]]),
+        staging.set_features(31, [0, 0, 0, 1]),
+        staging.add_nodes([[9, 9, 9, 9]], [[-1, 31], [0, -1]]),
+    ]
+    group.commit(group.prepare(writes))
+    for w in writes:
+        one.apply(w)
+    a, b = _state(one), _state(group)
+    assert a[:3] == b[:3] and torch.equal(a[3], b[3])
+    assert torch.equal(
+        one.features(torch.tensor([1, 3]))[:33], group.features(torch.tensor([1, 3]))[:33]
+    )
+    assert group.version == 5 and group.stats()["edge_updates"] == one.stats()["edge_updates"]
