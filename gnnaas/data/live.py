@@ -364,7 +364,7 @@ class LiveGraph:
         return Prepared(lists, rows, n, len(writes), updates)
 
     def commit(self, prepared: Prepared) -> None:
-        """Applies a prepared group (:meth:`prepare`): appends the new lists to the overlay in one go,
+        """Applies a prepared group (:meth:`prepare`): appends the new lists to the overlay at once,
         points the targets at them, writes the feature rows and advances the version."""
         for start, block in prepared.rows:
             values = torch.from_numpy(block)
