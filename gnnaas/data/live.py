@@ -393,18 +393,22 @@ class LiveGraph:
             self._repack()
 
     def _repack(self) -> None:
-        """Drops superseded lists (the overlay's garbage) by rewriting the current ones."""
+        """Drops superseded lists (the overlay's garbage) by copying the current ones into fresh
+        arrays, in a few vectorized operations (it runs under the server's exclusive gate)."""
         nodes = np.nonzero(self._over_idx >= 0)[0]
-        lists = [self.neighbors(int(n)) for n in nodes]
-        col, ptr = _Grow(max(self._live_overlay, 1)), _Grow(len(lists) + 1)
-        ptr.extend(np.zeros(1, np.int64))
-        index = np.full(self.capacity, -1, np.int64)
-        for slot, (node, adj) in enumerate(zip(nodes.tolist(), lists, strict=True)):
-            col.extend(adj)
-            ptr.extend(np.asarray([col.size], np.int64))
-            index[node] = slot
-        self._over_col, self._over_ptr = col, ptr
-        self._over_idx[:] = index
+        slots = self._over_idx[nodes]
+        ptr = self._over_ptr.data
+        starts, lengths = ptr[slots], ptr[slots + 1] - ptr[slots]
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if ends.size else 0
+        # positions of every current entry in the old over_col, list after list
+        gather = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - lengths), lengths)
+        col, new_ptr = _Grow(max(total, 1)), _Grow(nodes.shape[0] + 1)
+        col.extend(self._over_col.data[gather])
+        new_ptr.extend(np.concatenate([np.zeros(1, np.int64), ends]))
+        self._over_col, self._over_ptr = col, new_ptr
+        self._over_idx[nodes] = np.arange(nodes.shape[0], dtype=np.int64)
+        self._live_overlay = total
 
 
 class Staging:

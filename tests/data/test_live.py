@@ -245,3 +245,28 @@ def test_a_group_committed_at_once_equals_its_writes_one_by_one() -> None:
         one.features(torch.tensor([1, 3]))[:33], group.features(torch.tensor([1, 3]))[:33]
     )
     assert group.version == 5 and group.stats()["edge_updates"] == one.stats()["edge_updates"]
+
+
+def test_the_overlay_repack_keeps_every_current_list() -> None:
+    store = _store()
+    graph = _graph(store)
+    graph.apply(graph.stage().add_nodes([[1, 1, 1, 1]], [[-1, 2], [2, -1]]))
+    for i in range(40):  # the same targets again and again: superseded lists pile up
+        s, t = (i % 29) + 1, 0
+        staging = graph.stage()
+        w = (
+            staging.change_edges(remove=[[s, t]])
+            if graph.has_edge(s, t)
+            else staging.change_edges(add=[[s, t]])
+        )
+        graph.apply(w)
+    before = _state(graph)
+    garbage = graph._over_col.size
+    graph._repack()
+    assert (
+        graph._over_col.size < garbage and graph._over_col.size == graph.stats()["overlay_entries"]
+    )
+    after = _state(graph)
+    assert before[:3] == after[:3]
+    graph.apply(graph.stage().change_edges(add=[[5, 30]]))  # still writable after the repack
+    assert graph.has_edge(5, 30) and graph.has_edge(2, 30)
