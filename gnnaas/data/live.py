@@ -238,6 +238,21 @@ class LiveGraph:
         i = int(np.searchsorted(adj, source))
         return i < adj.shape[0] and int(adj[i]) == source
 
+    def edges_present(self, edges: np.ndarray) -> np.ndarray:
+        """Whether each ``[2, m]`` (source, target) edge is in the graph now, in a few vectorized
+        operations (targets may be new ids beyond the graph: absent)."""
+        if not edges.size:
+            return np.zeros(0, dtype=bool)
+        base = self.capacity + 1
+        targets = np.unique(edges[1])
+        empty = np.empty(0, np.int64)
+        current = [self.neighbors(t) if t < self._num_nodes else empty for t in targets.tolist()]
+        lengths = np.fromiter((a.shape[0] for a in current), np.int64, count=len(current))
+        keys = np.repeat(targets, lengths) * base + (np.concatenate(current) if current else empty)
+        query = edges[1] * base + edges[0]
+        pos = np.minimum(np.searchsorted(keys, query), max(keys.shape[0] - 1, 0))
+        return keys[pos] == query if keys.size else np.zeros(query.shape[0], dtype=bool)
+
     def overlay_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """``(over_idx, over_ptr, over_col)`` for the compiled sampler; ``None`` before any
         change of the adjacency."""
@@ -315,18 +330,12 @@ class LiveGraph:
         Raises:
             ArtifactError: a node write does not continue the node ids (a log out of order).
         """
-        lists: dict[int, np.ndarray] = {}
         rows: list[tuple[int, np.ndarray]] = []
+        new_nodes: list[int] = []
+        chunks: list[np.ndarray] = []
         n = self._num_nodes
         updates = 0
-        empty = np.empty(0, np.int64)
-
-        def current(t: int) -> np.ndarray:
-            got = lists.get(t)
-            if got is not None:
-                return got
-            return self.neighbors(t) if t < self._num_nodes else empty
-
+        base = self.capacity + 1  # an edge (s, t) is the key t * base + s: sorted by target
         for write in writes:
             if write.kind == "nodes":
                 assert write.features is not None
@@ -337,30 +346,38 @@ class LiveGraph:
                     )
                 k = write.features.shape[0]
                 rows.append((n, write.features))
-                for node in range(n, n + k):  # a new node reads the overlay, even without edges
-                    lists[node] = empty
+                new_nodes.extend(range(n, n + k))
                 n += k
             elif write.kind == "features":
                 assert write.features is not None
                 rows.append((write.node, write.features.reshape(1, -1)))
-            add = np.empty((2, 0), np.int64) if write.add is None else write.add
-            remove = np.empty((2, 0), np.int64) if write.remove is None else write.remove
-            updates += add.shape[1] + remove.shape[1]
-            if not add.size and not remove.size:
-                continue
-            targets = np.concatenate([add[1], remove[1]])
-            order_add, order_remove = np.argsort(add[1], kind="stable"), np.argsort(remove[1])
-            add_t, add_s = add[1][order_add], add[0][order_add]
-            rem_t, rem_s = remove[1][order_remove], remove[0][order_remove]
-            for t in np.unique(targets).tolist():
-                adj = current(t)
-                lo, hi = np.searchsorted(rem_t, t), np.searchsorted(rem_t, t, side="right")
-                if hi > lo:
-                    adj = adj[~np.isin(adj, rem_s[lo:hi])]
-                lo, hi = np.searchsorted(add_t, t), np.searchsorted(add_t, t, side="right")
-                if hi > lo:
-                    adj = np.union1d(adj, add_s[lo:hi])
-                lists[t] = adj
+            for edges in (write.add, write.remove):
+                if edges is not None and edges.size:
+                    chunks.append(edges[1] * base + edges[0])
+                    updates += edges.shape[1]
+        empty = np.empty(0, np.int64)
+        lists: dict[int, np.ndarray] = {}
+        if chunks:
+            # Validated writes only add absent edges and remove present ones, so every operation
+            # flips its edge: the group's effect is the edges operated on an odd number of times.
+            keys, counts = np.unique(np.concatenate(chunks), return_counts=True)
+            flips = keys[counts % 2 == 1]
+            targets = np.unique(flips // base)
+            current = [
+                self.neighbors(t) if t < self._num_nodes else empty for t in targets.tolist()
+            ]
+            lengths = np.fromiter((a.shape[0] for a in current), np.int64, count=len(current))
+            now = np.repeat(targets, lengths) * base + (
+                np.concatenate(current) if current else empty
+            )
+            after = np.setxor1d(now, flips, assume_unique=True)  # sorted by target, then source
+            owners, sources = after // base, after % base
+            lo = np.searchsorted(owners, targets, side="left")
+            hi = np.searchsorted(owners, targets, side="right")
+            for t, i, j in zip(targets.tolist(), lo.tolist(), hi.tolist(), strict=True):
+                lists[t] = sources[i:j]
+        for node in new_nodes:  # a new node reads the overlay, even without edges
+            lists.setdefault(node, empty)
         return Prepared(lists, rows, n, len(writes), updates)
 
     def commit(self, prepared: Prepared) -> None:
@@ -430,12 +447,17 @@ class Staging:
     def num_nodes(self) -> int:
         return self.graph.num_nodes + self.added_nodes
 
-    def _exists(self, s: int, t: int) -> bool:
-        if (s, t) in self._added:
-            return True
-        if (s, t) in self._removed or t >= self.graph.num_nodes:
-            return False
-        return self.graph.has_edge(s, t)
+    def _present(self, edges: np.ndarray) -> list[bool]:
+        """Whether every ``[2, m]`` edge is in the graph once the group's earlier writes apply
+        (the graph's answer, vectorized, corrected by them)."""
+        now = self.graph.edges_present(edges).tolist()
+        if self._added or self._removed:
+            for i, pair in enumerate(zip(edges[0].tolist(), edges[1].tolist(), strict=True)):
+                if pair in self._added:
+                    now[i] = True
+                elif pair in self._removed:
+                    now[i] = False
+        return now
 
     def _features(self, rows: Any, what: str) -> np.ndarray:
         f = self.graph.num_features
@@ -506,8 +528,9 @@ class Staging:
 
     def _check_add(self, add: np.ndarray, what: str) -> None:
         seen: set[tuple[int, int]] = set()
+        present = self._present(add)
         for i, (s, t) in enumerate(zip(add[0].tolist(), add[1].tolist(), strict=True)):
-            if (s, t) in seen or self._exists(s, t):
+            if (s, t) in seen or present[i]:
                 raise WriteError(f"{what}[{i}] = [{s}, {t}] is already in the graph")
             seen.add((s, t))
 
@@ -522,13 +545,15 @@ class Staging:
         pairs = list(zip(gone[0].tolist(), gone[1].tolist(), strict=True))
         if len(set(pairs)) != len(pairs):
             raise WriteError("remove lists an edge twice")
-        for i, (s, t) in enumerate(pairs):
-            if not self._exists(s, t):
+        for i, present in enumerate(self._present(gone)):
+            if not present:
+                s, t = pairs[i]
                 raise WriteError(f"remove[{i}] = [{s}, {t}] is not in the graph")
         removed = set(pairs)
         seen: set[tuple[int, int]] = set()
+        present = self._present(new)
         for i, (s, t) in enumerate(zip(new[0].tolist(), new[1].tolist(), strict=True)):
-            if (s, t) in seen or ((s, t) not in removed and self._exists(s, t)):
+            if (s, t) in seen or ((s, t) not in removed and present[i]):
                 raise WriteError(f"add[{i}] = [{s}, {t}] is already in the graph")
             seen.add((s, t))
         self._removed.update(removed)
