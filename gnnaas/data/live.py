@@ -35,6 +35,7 @@ import fcntl
 import os
 import re
 import struct
+import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from torch import Tensor
 from gnnaas.errors import ArtifactError, ConfigError
 
 __all__ = [
+    "WriteTooLarge",
     "LiveGraph",
     "Prepared",
     "Staging",
@@ -65,6 +67,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
 
 class WriteError(ConfigError):
     """A write that cannot be applied as sent; nothing of it was applied (HTTP 422)."""
+
+
+class WriteTooLarge(WriteError):
+    """A write over the per-write limits of nodes or edges (HTTP 413)."""
 
 
 def state_folder(state_dir: Path | str, dataset: str) -> Path:
@@ -206,6 +212,10 @@ class LiveGraph:
         self._x = torch.zeros(self.capacity, self.num_features, dtype=torch.float32)
         self._x[:n] = x
         self._subsets: dict[tuple[int, ...], tuple[Tensor, Tensor]] = {}  # key -> (index, buffer)
+        # Held by commit() and by features() while it builds a subset (a reload builds executors
+        # in a worker thread while writes commit): a new buffer is either built before a commit,
+        # and updated by it, or after, from the updated rows.
+        self._lock = threading.Lock()
         self._over_idx = np.full(self.capacity, -1, np.int64)
         self._over_ptr = _Grow()
         self._over_ptr.extend(np.zeros(1, np.int64))
@@ -287,11 +297,12 @@ class LiveGraph:
         ):
             return self._x
         key = tuple(int(i) for i in keep.tolist())
-        entry = self._subsets.get(key)
-        if entry is None:
-            index = torch.as_tensor(key, dtype=torch.long)
-            entry = (index, self._x.index_select(1, index))
-            self._subsets[key] = entry
+        with self._lock:
+            entry = self._subsets.get(key)
+            if entry is None:
+                index = torch.as_tensor(key, dtype=torch.long)
+                entry = (index, self._x.index_select(1, index))
+                self._subsets[key] = entry
         return entry[1]
 
     def stats(self) -> dict[str, Any]:
@@ -383,10 +394,14 @@ class LiveGraph:
     def commit(self, prepared: Prepared) -> None:
         """Applies a prepared group (:meth:`prepare`): appends the new lists to the overlay at once,
         points the targets at them, writes the feature rows and advances the version."""
+        with self._lock:
+            self._commit(prepared)
+
+    def _commit(self, prepared: Prepared) -> None:
         for start, block in prepared.rows:
             values = torch.from_numpy(block)
             self._x[start : start + block.shape[0]] = values
-            for index, buf in self._subsets.values():
+            for index, buf in list(self._subsets.values()):
                 buf[start : start + block.shape[0]] = values.index_select(1, index)
         if prepared.lists:
             targets = np.fromiter(prepared.lists, np.int64, count=len(prepared.lists))
@@ -498,8 +513,9 @@ class Staging:
 
     def _check_size(self, edges: int) -> None:
         if edges > self.graph.max_write_edges:
-            raise WriteError(
-                f"a write may change at most {self.graph.max_write_edges} edges (got {edges})"
+            raise WriteTooLarge(
+                f"a write may change at most {self.graph.max_write_edges} edges (got {edges}); "
+                f"split it"
             )
 
     def add_nodes(self, features: Any, edges: Any = ()) -> Write:
@@ -516,7 +532,7 @@ class Staging:
         if self.num_nodes + k > self.graph.capacity:
             raise WriteError(
                 f"the graph holds at most {self.graph.capacity} nodes ({self.num_nodes} now); "
-                f"compact it with a larger capacity"
+                f"restart the server: it makes room for a quarter more nodes at start"
             )
         first = self.num_nodes
         add = self._edges(edges, "edges", first + k, new_base=first)
@@ -600,8 +616,14 @@ class WriteLog:
 
     @staticmethod
     def read(path: Path) -> Iterator[tuple[int, bytes, int]]:
-        """``(version, payload, end offset)`` of every whole record; stops at a torn or corrupt
-        tail (a record whose write a crash interrupted)."""
+        """``(version, payload, end offset)`` of every whole record; stops at a torn tail (the
+        last record, cut short or failing its checksum: a write a crash interrupted, never
+        acknowledged).
+
+        Raises:
+            ArtifactError: a record fails its checksum and more follow it: acknowledged writes
+                lie beyond a damaged one, so nothing is cut off; the message says where.
+        """
         if not path.exists():
             return
         data = path.read_bytes()
@@ -609,8 +631,17 @@ class WriteLog:
         while pos + _HEADER.size <= len(data):
             length, crc, version = _HEADER.unpack_from(data, pos)
             start, end = pos + _HEADER.size, pos + _HEADER.size + length
-            if end > len(data) or zlib.crc32(data[start:end]) != crc:
-                return
+            if end > len(data):
+                return  # torn: the crash came before the whole record reached the disk
+            if zlib.crc32(data[start:end]) != crc:
+                if end == len(data):
+                    return  # torn: the last record's bytes did not all reach the disk
+                raise ArtifactError(
+                    f"write log {path} is damaged at byte {pos} of {len(data)} (a record fails "
+                    f"its checksum and {len(data) - end} bytes of records follow it); restore "
+                    f"the file from a backup, or cut it at byte {pos} to drop every write "
+                    f"from there on"
+                )
             yield version, data[start:end], end
             pos = end
 
@@ -712,6 +743,14 @@ def open_live(
         del handle
 
 
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def compact(store: Any, state_dir: Path | str) -> dict[str, Any]:
     """Folds a dataset's log into a new snapshot, atomically (the server must be stopped).
 
@@ -743,15 +782,12 @@ def compact(store: Any, state_dir: Path | str) -> dict[str, Any]:
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, folder / "snapshot.safetensors")
+        _fsync_dir(folder)  # the new snapshot is durable before the log it replaces goes
         log.close()
         empty = folder / "log.wal.tmp"
         empty.write_bytes(b"")
         os.replace(empty, folder / "log.wal")
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(folder)
         return {
             "version": graph.version,
             "num_nodes": n,
@@ -759,4 +795,5 @@ def compact(store: Any, state_dir: Path | str) -> dict[str, Any]:
             "records": records,
         }
     finally:
+        log.close()
         lock.__exit__(None, None, None)

@@ -137,25 +137,36 @@ class LiveWriter:
                 )
             except Exception as exc:  # the disk, or a bug: what is on disk is unknown now
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-                self._broken = (
-                    f"the write log cannot be written ({why}); writes are refused until the "
-                    f"server restarts"
-                )
-                _log.error("live graph %s: %s", self.state.key[1], self._broken)
-                for _, future in [*group, *self._pending]:
-                    if not future.done():
-                        future.set_exception(OverloadedError(self._broken, self.retry_after_s))
-                self._pending = []
+                self._fail(group, f"the write log cannot be written ({why})")
                 return
             if prepared is not None:
-                async with self.exclusive():  # a few array operations, between batches
-                    self.state.graph.commit(prepared)
+                try:
+                    async with self.exclusive():  # a few array operations, between batches
+                        self.state.graph.commit(prepared)
+                except BaseException as exc:  # the group is logged but not applied: stop here
+                    self._fail(group, f"a logged write could not be applied ({exc!r})")
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    return
                 self.groups += 1
             for (_, future), outcome in zip(group, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     future.set_exception(outcome)
                 else:
                     future.set_result(outcome)
+
+    def _fail(self, group: list[tuple[Any, asyncio.Future[Any]]], why: str) -> None:
+        """Stops taking writes (the log and the graph may disagree now; a restart replays the
+        log): this group's and the queued writers get 503, their outcome unknown."""
+        self._broken = (
+            f"{why}; writes are refused until the server restarts, and this write's outcome is "
+            f"unknown until then (the restart replays what reached the log)"
+        )
+        _log.error("live graph %s: %s", self.state.key[1], self._broken)
+        for _, future in [*group, *self._pending]:
+            if not future.done():
+                future.set_exception(OverloadedError(self._broken, self.retry_after_s))
+        self._pending = []
 
     def _stage_and_persist(
         self, builds: list[Callable[[Staging], Write]]
@@ -181,8 +192,10 @@ class LiveWriter:
         if not accepted:
             return outcomes, None
         first = graph.version + 1
-        self.state.log.append([(first + i, w.payload()) for i, w in enumerate(accepted)])
-        return outcomes, graph.prepare(accepted)
+        records = [(first + i, w.payload()) for i, w in enumerate(accepted)]
+        prepared = graph.prepare(accepted)  # before the log: a write that cannot apply is not kept
+        self.state.log.append(records)
+        return outcomes, prepared
 
     async def drain(self) -> None:
         """Waits for the writes already queued (shutdown)."""

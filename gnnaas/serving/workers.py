@@ -171,6 +171,15 @@ class _ReusePortWorker(multiprocess.Process):
         for own in self._own:
             own.close()
 
+    def join(self) -> None:
+        super().join()
+        # A worker that was killed (or crashed) never ran its own clean-up: its live gauges
+        # would stay in /metrics' sums. Every exit path of the supervisor joins the process.
+        from prometheus_client import multiprocess as prometheus_multiprocess
+
+        if self.pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            prometheus_multiprocess.mark_process_dead(self.pid)
+
 
 def run_workers(
     environment: Mapping[str, str],

@@ -270,3 +270,18 @@ def test_the_overlay_repack_keeps_every_current_list() -> None:
     assert before[:3] == after[:3]
     graph.apply(graph.stage().change_edges(add=[[5, 30]]))  # still writable after the repack
     assert graph.has_edge(5, 30) and graph.has_edge(2, 30)
+
+
+def test_a_damaged_record_before_others_is_an_error_not_a_torn_tail(tmp_path: Path) -> None:
+    from gnnaas.errors import ArtifactError
+
+    path = tmp_path / "x.wal"
+    log = WriteLog(path)
+    log.append([(1, b'{"a":1}'), (2, b'{"b":2}')])
+    log.close()
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0xFF  # inside the first payload: the second record (acknowledged) follows
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="damaged at byte 0"):
+        list(WriteLog.read(path))
+    assert path.read_bytes() == bytes(data)  # nothing cut off

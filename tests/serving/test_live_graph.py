@@ -209,3 +209,14 @@ def test_a_live_graph_is_served_by_one_process(
         argv += ["--state-dir", str(tmp_path), "--port", str(_free_port()), *extra]
         assert main(argv) == 1
         assert "served by one process" in capsys.readouterr().err
+
+
+def test_a_write_over_the_limits_is_413(live: tuple[TestClient, Any], small_store: Any) -> None:
+    client, app = live
+    graph = app.state.router.registry.get(small_store.name).live.graph
+    graph.max_write_edges = 1
+    r = client.post(
+        f"/v1/datasets/{small_store.name}/edges", json={"add": [[1, 2], [2, 1]]}, headers=AUTH
+    )
+    assert r.status_code == 413 and "at most 1 edges" in r.json()["detail"]
+    assert graph.version == 0

@@ -9,10 +9,12 @@ status  when
 403     writes are not configured (no ``GNNAAS_WRITE_TOKEN``, or no ``--state-dir``)
 401     missing or wrong token
 404     unknown dataset
+413     more nodes or edges in one write than its limits (4,096 nodes, 100,000 edges); split it
 422     a malformed body, or a write that cannot apply (wrong feature width, NaN, ids out of
-        range, an edge to remove that is not there or to add that is, over the size limits):
+        range, an edge to remove that is not there or to add that is):
         ``detail`` names the first offender and nothing of the write is applied
-503     the write log failed (writes stop until a restart), or the server is stopping
+503     the server is stopping, or the write log failed: writes stop until a restart, and the
+        outcome of the writes in flight is unknown until it replays the log
 ======  ===================================================================================
 
 A 200 means the write is on disk (fsynced) and visible to the next prediction; its
@@ -28,7 +30,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gnnaas.data.live import Staging, WriteError
+from gnnaas.data.live import Staging, WriteError, WriteTooLarge
+from gnnaas.errors import OverloadedError
 from gnnaas.serving.deps import RouterDep, dataset_of
 from gnnaas.serving.live import LiveWriter
 from gnnaas.serving.router import Router
@@ -81,6 +84,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "Missing or wrong bearer token."),
         (403, "Writes are not configured on this server."),
         (404, "Unknown dataset."),
+        (413, "More nodes or edges in one write than its limits; nothing was applied."),
         (422, "Malformed body, or a write that cannot apply; nothing of it was applied."),
         (503, "The write log failed or the server is stopping; `Retry-After` says when to retry."),
     )
@@ -88,6 +92,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _writer(core: Router, dataset: str) -> LiveWriter:
+    if core.stopping:
+        raise OverloadedError(
+            "the server is stopping; retry on another instance", core.settings.retry_after_s
+        )
     served = dataset_of(core, dataset)
     if served.live is None:  # pragma: no cover - every dataset is live with --state-dir
         raise HTTPException(403, f"dataset {dataset!r} is not live; {DISABLED_DETAIL}")
@@ -99,7 +107,8 @@ async def _commit(core: Router, dataset: str, build: Any, response: Response) ->
         write, version = await _writer(core, dataset).submit(build)
     except WriteError as exc:
         core.metrics.rejected("invalid_write")
-        return None, JSONResponse({"detail": str(exc)}, status_code=422)
+        status = 413 if isinstance(exc, WriteTooLarge) else 422
+        return None, JSONResponse({"detail": str(exc)}, status_code=status)
     response.headers["X-Graph-Version"] = str(version)
     return (write, version), None
 
