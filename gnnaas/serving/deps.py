@@ -7,15 +7,26 @@ FastAPI's dependency resolution costs more per request than the lookups themselv
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, HTTPException, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import SecretStr
 
 from gnnaas.errors import OverloadedError
 from gnnaas.serving.registry import ServedDataset
 from gnnaas.serving.router import NotFoundError, Router
 
-__all__ = ["DatasetDep", "RouterDep", "dataset_of", "get_dataset", "get_router", "router_of"]
+__all__ = [
+    "DatasetDep",
+    "RouterDep",
+    "check_bearer",
+    "dataset_of",
+    "get_dataset",
+    "get_router",
+    "router_of",
+]
 
 
 def router_of(request: Request) -> Router:
@@ -54,3 +65,37 @@ async def get_dataset(
 
 
 DatasetDep = Annotated[ServedDataset, Depends(get_dataset)]
+
+
+def check_bearer(
+    request: Request,
+    token: SecretStr | None,
+    credentials: HTTPAuthorizationCredentials | None,
+    *,
+    role: str,
+    variable: str,
+    disabled_detail: str,
+) -> None:
+    """403 when ``token`` is unset, 401 unless the bearer token equals it (constant time).
+
+    Args:
+        request (Request): the request (its app's metrics count the refusals).
+        token (SecretStr, optional): the server's token for this role.
+        credentials (HTTPAuthorizationCredentials, optional): what the client sent.
+        role (str): ``admin`` or ``write``, for the messages and the rejection reason.
+        variable (str): the environment variable that sets the token.
+        disabled_detail (str): the 403's detail.
+    """
+    metrics = request.app.state.metrics
+    if token is None:
+        metrics.rejected(f"{role}_disabled" if role == "admin" else f"{role}s_disabled")
+        raise HTTPException(403, disabled_detail)
+    given = b"" if credentials is None else credentials.credentials.encode()
+    if not hmac.compare_digest(given, token.get_secret_value().encode()):
+        metrics.rejected("unauthorized")
+        detail = (
+            f"missing {role} token; send 'Authorization: Bearer <{variable}>'"
+            if credentials is None
+            else f"wrong {role} token"
+        )
+        raise HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})

@@ -29,14 +29,14 @@ reload that started after it asked.
 
 from __future__ import annotations
 
-import hmac
 import os
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from gnnaas.serving.deps import check_bearer
 from gnnaas.serving.reload import Reloader, ReloadError
 from gnnaas.serving.routes.predict import REQUEST_ID_KEY
 from gnnaas.serving.schemas import ErrorResponse, ReloadResponse
@@ -52,7 +52,6 @@ _bearer = HTTPBearer(
     scheme_name="AdminToken",
     description="The server's `GNNAAS_ADMIN_TOKEN`.",
 )
-_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 async def require_admin(
@@ -61,20 +60,14 @@ async def require_admin(
 ) -> None:
     """Dependency: 403 when admin is off, 401 unless the bearer token is the admin token."""
     settings: Settings = request.app.state.settings
-    metrics = request.app.state.metrics
-    if settings.admin_token is None:
-        metrics.rejected("admin_disabled")
-        raise HTTPException(403, DISABLED_DETAIL)
-    expected = settings.admin_token.get_secret_value().encode()
-    given = b"" if credentials is None else credentials.credentials.encode()
-    if not hmac.compare_digest(given, expected):
-        metrics.rejected("unauthorized")
-        detail = (
-            "missing admin token; send 'Authorization: Bearer <GNNAAS_ADMIN_TOKEN>'"
-            if credentials is None
-            else "wrong admin token"
-        )
-        raise HTTPException(401, detail, headers=_CHALLENGE)
+    check_bearer(
+        request,
+        settings.admin_token,
+        credentials,
+        role="admin",
+        variable="GNNAAS_ADMIN_TOKEN",
+        disabled_detail=DISABLED_DETAIL,
+    )
 
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])

@@ -23,7 +23,6 @@ A 200 means the write is on disk (fsynced) and visible to the next prediction; i
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -32,7 +31,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gnnaas.data.live import Staging, WriteError, WriteTooLarge
 from gnnaas.errors import OverloadedError
-from gnnaas.serving.deps import RouterDep, dataset_of
+from gnnaas.serving.deps import RouterDep, check_bearer, dataset_of
 from gnnaas.serving.live import LiveWriter
 from gnnaas.serving.router import Router
 from gnnaas.serving.schemas import (
@@ -60,20 +59,15 @@ async def require_writer(
 ) -> None:
     """Dependency: 403 when writes are off, 401 unless the bearer token is the write token."""
     settings: Settings = request.app.state.settings
-    metrics = request.app.state.metrics
-    if settings.write_token is None or settings.state_dir is None:
-        metrics.rejected("writes_disabled")
-        raise HTTPException(403, DISABLED_DETAIL)
-    expected = settings.write_token.get_secret_value().encode()
-    given = b"" if credentials is None else credentials.credentials.encode()
-    if not hmac.compare_digest(given, expected):
-        metrics.rejected("unauthorized")
-        detail = (
-            "missing write token; send 'Authorization: Bearer <GNNAAS_WRITE_TOKEN>'"
-            if credentials is None
-            else "wrong write token"
-        )
-        raise HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
+    token = settings.write_token if settings.state_dir is not None else None
+    check_bearer(
+        request,
+        token,
+        credentials,
+        role="write",
+        variable="GNNAAS_WRITE_TOKEN",
+        disabled_detail=DISABLED_DETAIL,
+    )
 
 
 router = APIRouter(tags=["graph"], dependencies=[Depends(require_writer)])
