@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=5000.0,
         help="edge updates per second offered while reads run (default: 5000, the goal)",
     )
-    parser.add_argument("--batch-edges", type=int, default=1000, help="edge updates per write")
+    parser.add_argument("--batch-edges", type=int, default=250, help="edge updates per write")
     parser.add_argument("--read-concurrency", type=int, default=2, help="clients of the ceiling")
     parser.add_argument(
         "--total-updates", type=int, default=1_000_000, help="for the memory figures"
