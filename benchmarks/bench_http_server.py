@@ -76,7 +76,7 @@ def server_cmd(server: str, factory: str, port: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = QUICK
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()  # the server processes read it too
     variants_dir, profiles_dir = prepare(cfg, workdir, "cpu")
     nodes = test_nodes(cfg.dataset, workdir)
     route = f"/v1/datasets/{cfg.dataset}/predict"
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--step-max-requests", type=int, default=40_000)
     parser.add_argument("--sequential", type=int, default=300, help="requests for the p50")
-    parser.add_argument("--workdir", default=str(REPO / ".cache" / "bench"))
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     results = run(args)

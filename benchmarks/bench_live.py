@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnaas.data import load_dataset
 
     cfg = QUICK
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()  # the server processes read it too
     variants_dir, profiles_dir = prepare(cfg, workdir, "cpu")
     nodes = test_nodes(cfg.dataset, workdir)
     state = workdir / "live-state"
@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--total-updates", type=int, default=1_000_000, help="for the memory figures"
     )
-    parser.add_argument("--workdir", default=str(REPO / ".cache" / "bench"))
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     results = run(args)
