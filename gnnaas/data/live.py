@@ -248,20 +248,28 @@ class LiveGraph:
         i = int(np.searchsorted(adj, source))
         return i < adj.shape[0] and int(adj[i]) == source
 
+    @property
+    def _key_base(self) -> int:
+        """Edge ``(s, t)`` is the key ``t * base + s``: keys sort by target, then source."""
+        return self.capacity + 1
+
+    def _edge_keys(self, targets: np.ndarray) -> np.ndarray:
+        """The sorted keys of the current in-edges of sorted unique ``targets`` (ids beyond the
+        graph have none)."""
+        current = [self.neighbors(t) for t in targets.tolist()]
+        if not current:
+            return np.empty(0, np.int64)
+        lengths = np.fromiter((a.shape[0] for a in current), np.int64, count=len(current))
+        return np.repeat(targets, lengths) * self._key_base + np.concatenate(current)
+
     def edges_present(self, edges: np.ndarray) -> np.ndarray:
         """Whether each ``[2, m]`` (source, target) edge is in the graph now, in a few vectorized
         operations (targets may be new ids beyond the graph: absent)."""
-        if not edges.size:
-            return np.zeros(0, dtype=bool)
-        base = self.capacity + 1
-        targets = np.unique(edges[1])
-        empty = np.empty(0, np.int64)
-        current = [self.neighbors(t) if t < self._num_nodes else empty for t in targets.tolist()]
-        lengths = np.fromiter((a.shape[0] for a in current), np.int64, count=len(current))
-        keys = np.repeat(targets, lengths) * base + (np.concatenate(current) if current else empty)
-        query = edges[1] * base + edges[0]
-        pos = np.minimum(np.searchsorted(keys, query), max(keys.shape[0] - 1, 0))
-        return keys[pos] == query if keys.size else np.zeros(query.shape[0], dtype=bool)
+        query = edges[1] * self._key_base + edges[0]
+        keys = self._edge_keys(np.unique(edges[1]))
+        if not keys.size:
+            return np.zeros(query.shape[0], dtype=bool)
+        return keys[np.minimum(np.searchsorted(keys, query), keys.shape[0] - 1)] == query
 
     def overlay_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """``(over_idx, over_ptr, over_col)`` for the compiled sampler; ``None`` before any
@@ -346,7 +354,7 @@ class LiveGraph:
         chunks: list[np.ndarray] = []
         n = self._num_nodes
         updates = 0
-        base = self.capacity + 1  # an edge (s, t) is the key t * base + s: sorted by target
+        base = self._key_base
         for write in writes:
             if write.kind == "nodes":
                 assert write.features is not None
@@ -374,14 +382,7 @@ class LiveGraph:
             keys, counts = np.unique(np.concatenate(chunks), return_counts=True)
             flips = keys[counts % 2 == 1]
             targets = np.unique(flips // base)
-            current = [
-                self.neighbors(t) if t < self._num_nodes else empty for t in targets.tolist()
-            ]
-            lengths = np.fromiter((a.shape[0] for a in current), np.int64, count=len(current))
-            now = np.repeat(targets, lengths) * base + (
-                np.concatenate(current) if current else empty
-            )
-            after = np.setxor1d(now, flips, assume_unique=True)  # sorted by target, then source
+            after = np.setxor1d(self._edge_keys(targets), flips, assume_unique=True)
             owners, sources = after // base, after % base
             lo = np.searchsorted(owners, targets, side="left")
             hi = np.searchsorted(owners, targets, side="right")
@@ -526,8 +527,8 @@ class Staging:
         if k == 0:
             raise WriteError("features must hold at least one node")
         if k > self.graph.max_write_nodes:
-            raise WriteError(
-                f"a write may add at most {self.graph.max_write_nodes} nodes (got {k})"
+            raise WriteTooLarge(
+                f"a write may add at most {self.graph.max_write_nodes} nodes (got {k}); split it"
             )
         if self.num_nodes + k > self.graph.capacity:
             raise WriteError(
@@ -537,18 +538,28 @@ class Staging:
         first = self.num_nodes
         add = self._edges(edges, "edges", first + k, new_base=first)
         self._check_size(add.shape[1])
-        self._check_add(add, "edges")
+        self._record(self._check_add(add, "edges"), set())
         self.added_nodes += k
-        self._added.update(zip(add[0].tolist(), add[1].tolist(), strict=True))
         return Write("nodes", first_id=first, features=rows, add=add)
 
-    def _check_add(self, add: np.ndarray, what: str) -> None:
+    def _check_add(
+        self, add: np.ndarray, what: str, removed: set[tuple[int, int]] | None = None
+    ) -> set[tuple[int, int]]:
+        """The edges to add: each absent (or in ``removed``, by the same write) and listed once."""
         seen: set[tuple[int, int]] = set()
         present = self._present(add)
         for i, (s, t) in enumerate(zip(add[0].tolist(), add[1].tolist(), strict=True)):
-            if (s, t) in seen or present[i]:
+            if (s, t) in seen or (present[i] and (removed is None or (s, t) not in removed)):
                 raise WriteError(f"{what}[{i}] = [{s}, {t}] is already in the graph")
             seen.add((s, t))
+        return seen
+
+    def _record(self, added: set[tuple[int, int]], removed: set[tuple[int, int]]) -> None:
+        """Counts a write's edges for the group's later writes."""
+        self._removed.update(removed)
+        self._added.difference_update(removed)
+        self._added.update(added)
+        self._removed.difference_update(added)
 
     def change_edges(self, add: Any = (), remove: Any = ()) -> Write:
         """Adds and removes edges between existing nodes (removals first, then additions)."""
@@ -566,16 +577,7 @@ class Staging:
                 s, t = pairs[i]
                 raise WriteError(f"remove[{i}] = [{s}, {t}] is not in the graph")
         removed = set(pairs)
-        seen: set[tuple[int, int]] = set()
-        present = self._present(new)
-        for i, (s, t) in enumerate(zip(new[0].tolist(), new[1].tolist(), strict=True)):
-            if (s, t) in seen or ((s, t) not in removed and present[i]):
-                raise WriteError(f"add[{i}] = [{s}, {t}] is already in the graph")
-            seen.add((s, t))
-        self._removed.update(removed)
-        self._added.difference_update(removed)
-        self._added.update(seen)
-        self._removed.difference_update(seen)
+        self._record(self._check_add(new, "add", removed), removed)
         return Write("edges", add=new, remove=gone)
 
     def set_features(self, node: int, features: Any) -> Write:

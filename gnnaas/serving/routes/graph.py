@@ -23,6 +23,7 @@ A 200 means the write is on disk (fsynced) and visible to the next prediction; i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -31,7 +32,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 
-from gnnaas.data.live import Staging, WriteError, WriteTooLarge
+from gnnaas.data.live import Staging, Write, WriteError, WriteTooLarge
 from gnnaas.errors import OverloadedError
 from gnnaas.serving.deps import RouterDep, check_bearer, dataset_of
 from gnnaas.serving.live import LiveWriter
@@ -98,15 +99,30 @@ def _writer(core: Router, dataset: str) -> LiveWriter:
     return served.live.writer_for(core.exclusive, core.settings.retry_after_s)
 
 
-async def _commit(core: Router, dataset: str, build: Any, response: Response) -> Any:
+async def _write(
+    core: Router,
+    dataset: str,
+    request: Request,
+    response: Response,
+    model: type[BaseModel],
+    stage: Callable[[Staging, Any], Write],
+    answer: Callable[[Write, int], WriteResponse],
+) -> Any:
+    """One write: the raw body, parsed as ``model`` and staged in the commit thread (``stage``),
+    committed, and answered (``answer`` of the write and its version) with ``X-Graph-Version``."""
+    raw = await request.body()
+
+    def build(staging: Staging) -> Write:
+        return stage(staging, _parse(model, raw))
+
     try:
         write, version = await _writer(core, dataset).submit(build)
     except WriteError as exc:
         core.metrics.rejected("invalid_write")
         status = 413 if isinstance(exc, WriteTooLarge) else 422
-        return None, JSONResponse({"detail": str(exc)}, status_code=status)
+        return JSONResponse({"detail": str(exc)}, status_code=status)
     response.headers["X-Graph-Version"] = str(version)
-    return (write, version), None
+    return answer(write, version)
 
 
 def _parse(model: type[BaseModel], raw: bytes) -> Any:
@@ -125,74 +141,60 @@ def _documented(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-@router.post(
-    "/datasets/{dataset}/nodes",
-    response_model=WriteResponse,
-    response_model_exclude_none=True,
-    responses=_ERRORS,
-    summary="Add nodes (and their edges) to a live graph",
-    openapi_extra=_documented(NodesWrite),
-)
+def _route(model: type[BaseModel], summary: str) -> dict[str, Any]:
+    """What every write route declares: its answer, errors, summary and documented body."""
+    return {
+        "response_model": WriteResponse,
+        "response_model_exclude_none": True,
+        "responses": _ERRORS,
+        "summary": summary,
+        "openapi_extra": _documented(model),
+    }
+
+
+@router.post("/datasets/{dataset}/nodes", **_route(NodesWrite, "Add nodes to a live graph"))
 async def add_nodes(dataset: str, request: Request, core: RouterDep, response: Response) -> Any:
     """Adds nodes with their feature rows and edges; answers their ids (assigned in order)."""
-    raw = await request.body()
 
-    def build(staging: Staging) -> Any:
-        body = _parse(NodesWrite, raw)
+    def stage(staging: Staging, body: NodesWrite) -> Write:
         return staging.add_nodes(body.features, body.edges)
 
-    done, error = await _commit(core, dataset, build, response)
-    if error is not None:
-        return error
-    write, version = done
-    k = write.features.shape[0]
-    return WriteResponse(graph_version=version, ids=list(range(write.first_id, write.first_id + k)))
+    def answer(write: Write, version: int) -> WriteResponse:
+        assert write.features is not None
+        ids = list(range(write.first_id, write.first_id + write.features.shape[0]))
+        return WriteResponse(graph_version=version, ids=ids)
+
+    return await _write(core, dataset, request, response, NodesWrite, stage, answer)
 
 
-@router.post(
-    "/datasets/{dataset}/edges",
-    response_model=WriteResponse,
-    response_model_exclude_none=True,
-    responses=_ERRORS,
-    summary="Add and remove edges of a live graph",
-    openapi_extra=_documented(EdgesWrite),
-)
+@router.post("/datasets/{dataset}/edges", **_route(EdgesWrite, "Change edges of a live graph"))
 async def change_edges(dataset: str, request: Request, core: RouterDep, response: Response) -> Any:
     """Removes, then adds edges between existing nodes, all or nothing."""
-    raw = await request.body()
 
-    def build(staging: Staging) -> Any:
-        body = _parse(EdgesWrite, raw)
+    def stage(staging: Staging, body: EdgesWrite) -> Write:
         return staging.change_edges(body.add, body.remove)
 
-    done, error = await _commit(core, dataset, build, response)
-    if error is not None:
-        return error
-    write, version = done
-    return WriteResponse(
-        graph_version=version, added=int(write.add.shape[1]), removed=int(write.remove.shape[1])
-    )
+    def answer(write: Write, version: int) -> WriteResponse:
+        assert write.add is not None and write.remove is not None
+        added, removed = int(write.add.shape[1]), int(write.remove.shape[1])
+        return WriteResponse(graph_version=version, added=added, removed=removed)
+
+    return await _write(core, dataset, request, response, EdgesWrite, stage, answer)
 
 
 @router.put(
     "/datasets/{dataset}/nodes/{node}/features",
-    response_model=WriteResponse,
-    response_model_exclude_none=True,
-    responses=_ERRORS,
-    summary="Replace a node's features in a live graph",
-    openapi_extra=_documented(FeaturesWrite),
+    **_route(FeaturesWrite, "Replace a node's features in a live graph"),
 )
 async def set_features(
     dataset: str, node: int, request: Request, core: RouterDep, response: Response
 ) -> Any:
     """Replaces the feature row of ``node`` (every variant's pruned copy with it)."""
-    raw = await request.body()
 
-    def build(staging: Staging) -> Any:
-        body = _parse(FeaturesWrite, raw)
+    def stage(staging: Staging, body: FeaturesWrite) -> Write:
         return staging.set_features(node, body.features)
 
-    done, error = await _commit(core, dataset, build, response)
-    if error is not None:
-        return error
-    return WriteResponse(graph_version=done[1])
+    def answer(write: Write, version: int) -> WriteResponse:
+        return WriteResponse(graph_version=version)
+
+    return await _write(core, dataset, request, response, FeaturesWrite, stage, answer)
