@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_policy import Policy, sustained_interleaved  # noqa: E402
 from bench_router import QUICK, machine_info, make_bodies, prepare, say, test_nodes  # noqa: E402
-from bench_scale import sequential_p50, tree_pss_mb  # noqa: E402
+from bench_scale import save_results, sequential_p50, tree_pss_mb  # noqa: E402
 from loadgen import ServerProcess, free_port  # noqa: E402
 
 __all__ = ["main"]
@@ -195,12 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
-    results = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "http-server.json").write_text(json.dumps(results, indent=1, default=str))
-    write_markdown(results, out / "http-server.md")
-    say(f"wrote {out / 'http-server.md'}")
+    save_results(run(args), Path(args.out), "http-server", write_markdown)
     return 0
 
 

@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_router import QUICK, machine_info, make_bodies, prepare, say, serve_cmd, test_nodes  # noqa: E402
-from bench_scale import tree_pss_mb  # noqa: E402
+from bench_scale import save_results, tree_pss_mb  # noqa: E402
 from loadgen import ServerProcess, StepSpec, free_port, run_closed, run_step  # noqa: E402
 
 __all__ = ["main"]
@@ -349,12 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
-    results = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "live.json").write_text(json.dumps(results, indent=1, default=str))
-    write_markdown(results, out / "live.md")
-    say(f"wrote {out / 'live.md'}")
+    save_results(run(args), Path(args.out), "live", write_markdown)
     return 0
 
 

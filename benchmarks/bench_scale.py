@@ -37,7 +37,7 @@ import importlib.util
 import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,16 @@ def backend_cmd(
         return trivial_cmd(port)
     cmd = serve_cmd(dataset, variants, profiles, port, device)
     return [*cmd, "--workers", "2"] if name == "workers2" else cmd
+
+
+def save_results(
+    results: dict[str, Any], out: Path, stem: str, markdown: Callable[[dict[str, Any], Path], None]
+) -> None:
+    """``<out>/<stem>.json`` (every figure) and ``<out>/<stem>.md`` (the tables)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
+    markdown(results, out / f"{stem}.md")
+    say(f"wrote {out / f'{stem}.md'}")
 
 
 def tree_pss_mb(pid: int) -> float:
@@ -331,12 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.backends = [b for b in BACKENDS if have_ray() or "ray" not in b]
     if any("ray" in b for b in args.backends) and not have_ray():
         parser.error("the ray backends need the [ray] extra: pip install -e '.[ray]'")
-    results = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.json").write_text(json.dumps(results, indent=1, default=str))
-    write_markdown(results, out / "scale.md")
-    say(f"wrote {out / 'scale.md'}")
+    save_results(run(args), Path(args.out), "scale", write_markdown)
     return 0
 
 

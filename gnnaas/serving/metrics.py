@@ -78,6 +78,13 @@ _LATENCY_BUCKETS_S = (
     5.0, 10.0,
 )  # fmt: skip
 _STAGES = ("queue", "sample", "gather", "compute", "total")
+# The stat label of gnnaas_batch_time_rel_error and the DriftRecord.summary() field behind it.
+_DRIFT_STATS = (
+    ("median_abs", "median_abs_rel_error"),
+    ("median", "median_rel_error"),
+    ("median_abs_scaled", "median_abs_rel_error_scaled"),
+    ("median_scaled", "median_rel_error_scaled"),
+)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -128,14 +135,8 @@ class _DriftCollector(Collector):
             summary = record.summary()
             count.add_metric([dataset, variant], summary["count"])
             if summary["count"]:
-                error.add_metric([dataset, variant, "median_abs"], summary["median_abs_rel_error"])
-                error.add_metric([dataset, variant, "median"], summary["median_rel_error"])
-                error.add_metric(
-                    [dataset, variant, "median_abs_scaled"], summary["median_abs_rel_error_scaled"]
-                )
-                error.add_metric(
-                    [dataset, variant, "median_scaled"], summary["median_rel_error_scaled"]
-                )
+                for stat, field in _DRIFT_STATS:
+                    error.add_metric([dataset, variant, stat], summary[field])
         yield error
         yield count
 
@@ -323,17 +324,11 @@ class ServingMetrics:
             self._queued.labels(*key).set(0)
             self._running.labels(*key).set(0)
         self._published = seen
-        stats = (
-            ("median_abs", "median_abs_rel_error"),
-            ("median", "median_rel_error"),
-            ("median_abs_scaled", "median_abs_rel_error_scaled"),
-            ("median_scaled", "median_rel_error_scaled"),
-        )
         for (dataset, variant), record in list(self._drift.items()):
             summary = record.summary()
             self._samples.labels(dataset, variant).set(summary["count"])
             if summary["count"]:
-                for stat, field in stats:
+                for stat, field in _DRIFT_STATS:
                     self._error.labels(dataset, variant, stat).set(summary[field])
 
     def retire(self) -> None:
