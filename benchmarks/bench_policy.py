@@ -9,6 +9,10 @@ every request size a set of *policies*:
   accurate (what a user without variants runs), and for each tolerance the ``--top-fixed``
   variants it admits that were fastest in a short closed-loop pre-run of every variant (the
   candidates for "best single variant", chosen by measurement, not by the profiles under test);
+- the precomputed variant (``--precompute``, default the most accurate 1× model): its exact
+  answers stored by ``gnnaas precompute`` and profiled (``gnnaas profile --only <id>@exact``)
+  before the server starts, so the router may choose it and it is pinned like the others when it
+  is among the fastest admissible; the tables give the router's traffic by variant;
 - ``trivial-endpoint`` (single-node requests): ``benchmarks/trivial_app.py``, the FastAPI +
   uvicorn ceiling with the same request shape, on its own port, measured like the others.
 
@@ -44,6 +48,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -247,9 +252,51 @@ def rate_at_bound(steps: list[dict[str, Any]], bound_ms: float) -> float:
     return best
 
 
+def add_precomputed(
+    dataset: str, variants_dir: Path, profiles_dir: Path, choice: str
+) -> str | None:
+    """Stores and profiles the precomputed variant of ``choice`` unless it is there; returns its
+    id. ``best``: the 1× model whose *exact* pass is the most accurate on the validation nodes
+    (exact answers of a model trained on sampled neighborhoods can be less accurate than its
+    sampled ones: GIN's sum aggregation and batch norm see larger sums)."""
+    if choice == "none":
+        return None
+    folder = variants_dir / dataset
+    if choice == "best":
+        from gnnaas.data import load_dataset
+        from gnnaas.variants.exact import exact_pass
+        from gnnaas.variants.repository import VariantRepository
+
+        repo = VariantRepository(variants_dir)
+        full = [m for m in repo.list(dataset) if m.prune == 1 and m.precomputed is None]
+        store = load_dataset(dataset, os.environ.get("GNNAAS_DATA"), seed=full[0].seed)
+        scores = {
+            m.variant_id: exact_pass(store, repo, m.variant_id).accuracy["val"]["exact"]
+            for m in full
+        }
+        choice = max(scores, key=lambda v: scores[v])
+        say(f"precompute: exact validation accuracy of the 1x models {scores}: {choice}")
+    exact = f"{choice}@exact"
+    base = [sys.executable, "-m", "gnnaas.cli", "-q"]
+    common = ["--dataset", dataset, "--variants", str(variants_dir)]
+    if not (folder / exact / "manifest.json").exists():
+        say(f"precomputing {exact}")
+        subprocess.run([*base, "precompute", *common, "--variant", choice], check=True)
+    profiled = (profiles_dir / dataset / "profiles.csv").read_text()
+    if f",{exact}," not in profiled:
+        say(f"profiling {exact}")
+        subprocess.run(
+            [*base, "profile", *common, "--out", str(profiles_dir), "--only", exact],
+            check=True,
+            env={**os.environ, "GNNAAS_TORCH_THREADS": "1"},
+        )
+    return exact
+
+
 def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
     workdir = Path(args.workdir)
     variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
+    precomputed = add_precomputed(cfg.dataset, variants_dir, profiles_dir, args.precompute)
     nodes = test_nodes(cfg.dataset, workdir)
     port = free_port()
     env = {"GNNAAS_TORCH_THREADS": "1", **dict(cfg.server_env)}
@@ -257,6 +304,7 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
         "dataset": cfg.dataset,
         "machine": machine_info(),
         "args": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "precomputed": precomputed,
         "sizes": {},
     }
     cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
@@ -491,6 +539,7 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
             lines.append(f"| {pol['key']} | {_spread(rates)} | {top[:80]} |")
         lines.append("")
         lines += _ceiling_lines(block)
+        lines += _traffic_lines(block, results.get("precomputed"))
     lines += [
         "## Throughput at matched concurrency: router / best admissible fixed variant",
         "",
@@ -530,6 +579,31 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
     os.replace(tmp, path)
+
+
+def _traffic_lines(block: dict[str, Any], precomputed: str | None) -> list[str]:
+    """The router's answers by variant over every step of every repeat, per tolerance."""
+    lines = [
+        "Router traffic by variant (answers over all steps and repeats)"
+        + (f"; precomputed variant `{precomputed}`:" if precomputed else ":"),
+        "",
+        "| policy | answers | share by variant |",
+        "|---|---:|---|",
+    ]
+    for pol in block["policies"]:
+        if pol["tolerance"] is None:
+            continue
+        served: dict[str, int] = {}
+        for rep in block["repeats"]:
+            for step in rep[pol["key"]]["steps"]:
+                for k, v in step["variants"].items():
+                    served[k] = served.get(k, 0) + v
+        total = sum(served.values())
+        shares = ", ".join(
+            f"{k} {100 * v / total:.1f}%" for k, v in sorted(served.items(), key=lambda kv: -kv[1])
+        )
+        lines.append(f"| {pol['key']} | {total:,} | {shares} |")
+    return [*lines, ""]
 
 
 def _positive_int(text: str) -> int:
@@ -585,6 +659,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--prerun-s", type=float, default=1.5, help="pre-run step seconds")
     parser.add_argument("--ratio", type=float, default=0.9, help="the rule's factor (default 0.9)")
+    parser.add_argument(
+        "--precompute",
+        default="best",
+        metavar="ID",
+        help="variant whose exact answers are precomputed and served as <ID>@exact: a variant "
+        "id, best (the most accurate 1x model) or none (default: best)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the rule fails")
     parser.add_argument(
         "--render", metavar="JSON", help="only rewrite policy.md from a policy.json of a run"

@@ -23,6 +23,8 @@ COMMANDS = [
     "profile",
     "report",
     "prepare",
+    "infer",
+    "precompute",
     "serve",
     "ray-config",
     "compact",

@@ -8,7 +8,14 @@ Below variants and profiling in the layer order (data → sampling → models �
 variants → profiling → serving).
 """
 
-from gnnaas.inference.executor import INLINE_MAX_NODES, ExecRequest, ExecResult, Executor
+from gnnaas.inference.executor import (
+    INLINE_MAX_NODES,
+    ExecRequest,
+    ExecResult,
+    Executor,
+    Output,
+    embedding_dim,
+)
 from gnnaas.inference.path import InferencePath, PathOutput, Sampler, StageTimes
 from gnnaas.inference.scores import metric, score_parts
 
@@ -18,9 +25,11 @@ __all__ = [
     "Executor",
     "INLINE_MAX_NODES",
     "InferencePath",
+    "Output",
     "PathOutput",
     "Sampler",
     "StageTimes",
+    "embedding_dim",
     "metric",
     "score_parts",
 ]

@@ -16,7 +16,8 @@ Shapes:
     - requests: ``R`` tensors of node ids ``[n_r]``
     - seeds: ``[B]`` unique node ids, ``B <= sum(n_r)``
     - x: ``[N_s, F_kept]`` features of the sampled nodes, seeds first
-    - output: ``[B, C]`` logits, then ``[n_r, C]`` per request
+    - output: ``[B, C]`` logits (and ``[B, H]`` embeddings when a request asks for them), then
+      ``[n_r, C]`` (or ``[n_r, H]``) per request
 """
 
 from __future__ import annotations
@@ -24,14 +25,29 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeAlias, get_args
 
 import torch
 from torch import Tensor
 
+from gnnaas.inference.lookup import LookupPath, PrecomputedAnswers
 from gnnaas.inference.path import InferencePath, Sampler, StageTimes
 
-__all__ = ["ExecRequest", "ExecResult", "Executor", "INLINE_MAX_NODES", "Sampler", "StageTimes"]
+__all__ = [
+    "ExecRequest",
+    "ExecResult",
+    "Executor",
+    "INLINE_MAX_NODES",
+    "Output",
+    "Sampler",
+    "StageTimes",
+    "embedding_dim",
+]
+
+Output: TypeAlias = Literal["class", "proba", "embedding"]
+"""What a request asks for per node: its class, its class probabilities or its embedding."""
+
+_OUTPUTS = frozenset(get_args(Output))
 
 INLINE_MAX_NODES = 16
 """Batches of at most this many nodes run on the server's event-loop thread instead of the
@@ -41,6 +57,29 @@ it buys: on a 2-core CPU, sequential single-node requests to synth-flickr@0.2 we
 0.78 ms p50 and 16 in flight from 4,500 to 5,400 req/s."""
 
 
+def embedding_dim(model: torch.nn.Module) -> int | None:
+    """The width of ``model``'s embeddings (``output="embedding"``).
+
+    Args:
+        model (torch.nn.Module): a variant's model.
+
+    Returns:
+        int | None: its ``embedding_dim`` when it states one, else for a
+        :class:`~gnnaas.models.GNN` its ``hidden_channels`` (``in_channels`` for a one-layer
+        model, whose embedding is its input); ``None`` for a model that states neither.
+
+    Example:
+        >>> from gnnaas.models import build_model
+        >>> embedding_dim(build_model("sage", 1433, 256, 7))
+        256
+    """
+    stated = getattr(model, "embedding_dim", None)
+    if stated is None:
+        layers = getattr(model, "num_layers", None)
+        stated = getattr(model, "in_channels" if layers == 1 else "hidden_channels", None)
+    return stated if isinstance(stated, int) else None
+
+
 @dataclass(frozen=True)
 class ExecRequest:
     """One request inside a batch.
@@ -48,11 +87,19 @@ class ExecRequest:
     Args:
         nodes (Sequence[int] | Tensor): ``n`` node ids (a list, or an int64 CPU tensor),
             validated by the caller.
-        proba (bool, optional): return probabilities instead of classes. (default: ``False``)
+        output (str, optional): per node, ``"class"`` (its class id), ``"proba"`` (its class
+            probabilities) or ``"embedding"`` (the variant's last hidden layer, ``hidden_channels``
+            floats). (default: ``"class"``)
     """
 
     nodes: Sequence[int] | Tensor
-    proba: bool = False
+    output: Output = "class"
+
+    def __post_init__(self) -> None:
+        if self.output not in _OUTPUTS:
+            raise ValueError(
+                f"ExecRequest: output must be 'class', 'proba' or 'embedding' (got {self.output!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -61,7 +108,8 @@ class ExecResult:
 
     Args:
         predictions (list): one entry per requested node, in request order: a class id, or for
-            multi-label a 0/1 list; with ``proba`` a list of class probabilities.
+            multi-label a 0/1 list; for ``output="proba"`` a list of class probabilities; for
+            ``output="embedding"`` a list of ``hidden_channels`` floats.
         times (StageTimes): the stages of the batch that served it (shared by the batch).
         graph_version (int, optional): version of the (live) graph the batch read.
             (default: ``0``)
@@ -86,6 +134,9 @@ class Executor:
         name (str, optional): for ``repr`` and logs. (default: ``"executor"``)
         graph_version (Callable[[], int], optional): the live graph's version, read once per batch
             (writes are applied between batches). (default: ``None``: version 0)
+        answers (PrecomputedAnswers, optional): a precomputed variant's tables: batches are
+            looked up (:class:`~gnnaas.inference.lookup.LookupPath`; ``model``, ``features`` and
+            a sampler with every fanout ``-1`` compute its stale nodes). (default: ``None``)
     """
 
     def __init__(
@@ -98,13 +149,17 @@ class Executor:
         multi_label: bool = False,
         name: str = "executor",
         graph_version: Callable[[], int] | None = None,
+        answers: PrecomputedAnswers | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.graph_version = graph_version
         self.model = model.to(self.device).eval()
         self.features = features
         self.sampler = sampler
-        self.path = InferencePath(self.model, features, sampler, self.device)
+        if answers is None:
+            self.path = InferencePath(self.model, features, sampler, self.device)
+        else:
+            self.path = LookupPath(self.model, features, sampler, answers, self.device)
         self.multi_label = multi_label
         self.name = name
         self.calls = 0  # batches served, read by tests and benchmarks
@@ -131,22 +186,31 @@ class Executor:
             merged = torch.tensor(
                 list(itertools.chain.from_iterable(r.nodes for r in requests)), dtype=torch.long
             )
-        logits, times, _ = self.path.predict(merged)  # [sum n_r, C] on the host
+        wanted = {r.output for r in requests}
+        # [sum n_r, C] (and [sum n_r, H]) on the host; embeddings only when a request wants them
+        out = self.path.predict(merged, embed="embedding" in wanted)
+        logits = out.logits
 
-        want_proba = any(r.proba for r in requests)
         with torch.inference_mode():
             if self.multi_label:
                 classes = (logits > 0).to(torch.int8)
-                proba = torch.sigmoid(logits) if want_proba else None
+                proba = torch.sigmoid(logits) if "proba" in wanted else None
             else:
                 classes = logits.argmax(dim=-1)
-                proba = torch.softmax(logits, dim=-1) if want_proba else None
+                proba = torch.softmax(logits, dim=-1) if "proba" in wanted else None
+        sources = {"class": classes}  # each output some request of the batch asked for
+        if proba is not None:
+            sources["proba"] = proba
+        if out.embeddings is not None:
+            sources["embedding"] = out.embeddings
+        elif "embedding" in wanted:  # a path without them (precomputed tables kept none)
+            raise ValueError(f"{self.name}: this variant's path returned no embeddings")
 
         results = []
         start = 0
         for r in requests:
             stop = start + len(r.nodes)
-            source = proba if r.proba and proba is not None else classes
-            results.append(ExecResult(source[start:stop].tolist(), times, version))
+            source = sources[r.output]
+            results.append(ExecResult(source[start:stop].tolist(), out.times, version))
             start = stop
         return results

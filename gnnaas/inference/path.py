@@ -22,13 +22,14 @@ outputs (the caller needs their values), so timing adds no sync of its own.
 Shapes:
     - **input:** ``seeds`` ``[B]`` unique int64 node ids on the host.
     - **gathered:** ``x`` ``[N_s, F_kept]`` rows of the sampled nodes, seeds first.
-    - **output:** ``logits`` ``[B, C]`` on the host, in seed order.
+    - **output:** ``logits`` ``[B, C]`` on the host, in seed order; with ``embed=True`` also
+      ``embeddings`` ``[B, H]`` (the model's last hidden layer, ``H = hidden_channels``).
 
 Example:
     >>> path = InferencePath(model, store.feature_subset(keep), sampler)  # doctest: +SKIP
-    >>> logits, times, num_sampled = path.run(torch.tensor([0, 5, 7]))  # doctest: +SKIP
-    >>> logits.shape, times.total_ms > 0  # doctest: +SKIP
-    (torch.Size([3, 7]), True)
+    >>> out = path.run(torch.tensor([0, 5, 7]), embed=True)  # doctest: +SKIP
+    >>> out.logits.shape, out.embeddings.shape, out.times.total_ms > 0  # doctest: +SKIP
+    (torch.Size([3, 7]), torch.Size([3, 256]), True)
 """
 
 from __future__ import annotations
@@ -91,17 +92,21 @@ class StageTimes:
 
 
 class PathOutput(NamedTuple):
-    """What :meth:`InferencePath.run` returns (unpacks as a tuple).
+    """What :meth:`InferencePath.run` returns (read its fields by name).
 
     Args:
         logits (Tensor): ``[B, C]`` outputs on the host, one row per seed, in order.
         times (StageTimes): the batch's stage times.
         num_sampled (int): rows gathered (sampled nodes, seeds included).
+        embeddings (Tensor, optional): ``[B, H]`` the seeds' embeddings on the host, in the same
+            order (the input of the model's last convolution, see
+            :meth:`gnnaas.models.GNN.forward`); ``None`` unless asked for. (default: ``None``)
     """
 
     logits: Tensor
     times: StageTimes
     num_sampled: int
+    embeddings: Tensor | None = None
 
 
 class InferencePath:
@@ -189,15 +194,29 @@ class InferencePath:
         ]
         return x, blocks
 
-    def _execute(self, sub: Any, sample_ms: float, t1: float) -> tuple[StageTimes, Tensor]:
+    def _call_model(
+        self, x: Tensor, blocks: list[Any], embed: bool
+    ) -> tuple[Tensor | None, Tensor]:
+        """``(embeddings [B, H] or None, logits [B, C])`` on the model's device."""
+        if not embed:
+            return None, self.model(x, blocks)  # so a model without ``embed`` still serves logits
+        emb, out = self.model(x, blocks, embed=True)
+        return emb, out
+
+    def _execute(
+        self, sub: Any, sample_ms: float, t1: float, embed: bool = False
+    ) -> tuple[StageTimes, Tensor, Tensor | None]:
         """Gather → copy → forward → copy back of ``sub``, timed (under inference_mode)."""
         x = self._gather(sub.n_id)  # [N_s, F_kept]
         blocks = list(sub.blocks)
         t2 = time.perf_counter()
         if not self._cuda:
-            out = self.model(x, blocks)  # [B, C], already on the host
+            emb, out = self._call_model(x, blocks, embed)  # [B, H], [B, C], already on the host
+            if emb is not None:
+                # a one-layer model's embeddings are rows of the reused gather buffer
+                emb = emb.clone()
             t3 = time.perf_counter()
-            return StageTimes(sample_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3), out
+            return StageTimes(sample_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3), out, emb
         # Events record on the current device's stream: make that this path's device (cuda:1
         # while cuda:0 is current would otherwise time the wrong stream).
         with torch.cuda.device(self.device):
@@ -205,45 +224,56 @@ class InferencePath:
             events[0].record()
             x, blocks = self._to_device(x, blocks)
             events[1].record()
-            out = self.model(x, blocks)
+            emb, out = self._call_model(x, blocks, embed)
             events[2].record()
+            if emb is not None:
+                # pinned and asynchronous: the blocking copy below waits for it on the stream
+                emb = emb.to("cpu", non_blocking=True)
             out = out.to("cpu")  # intended sync: the caller needs the values
             events[3].record()
             events[3].synchronize()  # already reached: the copy above blocked
         h2d, comp, d2h = (a.elapsed_time(b) for a, b in zip(events, events[1:], strict=False))
-        return StageTimes(sample_ms, (t2 - t1) * 1e3 + h2d, comp, d2h), out
+        return StageTimes(sample_ms, (t2 - t1) * 1e3 + h2d, comp, d2h), out, emb
 
-    def forward(self, sub: Any) -> Tensor:
+    def forward(self, sub: Any, embed: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Gather, copy, forward and copy back one already sampled batch (untimed).
 
         Args:
             sub (SampledSubgraph): the sampler's output for the seeds.
+            embed (bool, optional): also return the seeds' embeddings. (default: ``False``)
 
         Returns:
-            Tensor: ``[B, C]`` logits on the host.
+            Tensor | tuple[Tensor, Tensor]: ``[B, C]`` logits on the host; with ``embed`` the
+            pair ``(embeddings [B, H], logits [B, C])``, as :meth:`gnnaas.models.GNN.forward`.
         """
         with self._lock, torch.inference_mode():
             x, blocks = self._to_device(self._gather(sub.n_id), list(sub.blocks))
-            return self.model(x, blocks).to("cpu")  # type: ignore[no-any-return]
+            emb, out = self._call_model(x, blocks, embed)
+            if emb is None:
+                return out.to("cpu")
+            return emb.to("cpu", copy=True), out.to("cpu")  # a copy: never the gather buffer
 
-    def run(self, seeds: Tensor) -> PathOutput:
+    def run(self, seeds: Tensor, embed: bool = False) -> PathOutput:
         """Runs one batch of unique ``seeds`` through every stage, timing each.
 
         Args:
             seeds (Tensor): ``[B]`` unique int64 node ids on the host.
+            embed (bool, optional): also return the seeds' embeddings (the model must take
+                ``embed=True``, as :class:`~gnnaas.models.GNN` does). (default: ``False``)
 
         Returns:
-            PathOutput: ``(logits [B, C] on the host, StageTimes, num_sampled)``.
+            PathOutput: ``logits`` ``[B, C]`` on the host, ``times``, ``num_sampled`` and, with
+            ``embed``, ``embeddings`` ``[B, H]`` on the host.
         """
         with self._lock:
             t0 = time.perf_counter()
             sub = self.sampler.sample(seeds)  # index tensors only: no autograd state to skip
             t1 = time.perf_counter()
             with torch.inference_mode():
-                times, out = self._execute(sub, (t1 - t0) * 1e3, t1)
-        return PathOutput(out, times, int(sub.n_id.numel()))
+                times, out, emb = self._execute(sub, (t1 - t0) * 1e3, t1, embed)
+        return PathOutput(out, times, int(sub.n_id.numel()), emb)
 
-    def predict(self, nodes: Tensor) -> PathOutput:
+    def predict(self, nodes: Tensor, embed: bool = False) -> PathOutput:
         """Runs any ``nodes`` (repeats allowed) as one batch of their unique ids.
 
         What the server does with a merged batch of requests: :func:`torch.unique` of the nodes,
@@ -251,15 +281,18 @@ class InferencePath:
 
         Args:
             nodes (Tensor): ``[n]`` int64 node ids on the host.
+            embed (bool, optional): also return the nodes' embeddings. (default: ``False``)
 
         Returns:
-            PathOutput: ``logits`` ``[n, C]`` in ``nodes`` order; ``times`` and ``num_sampled``
-            of the deduplicated batch (the dedupe is counted in ``sample_ms``).
+            PathOutput: ``logits`` ``[n, C]`` (and with ``embed`` ``embeddings`` ``[n, H]``) in
+            ``nodes`` order; ``times`` and ``num_sampled`` of the deduplicated batch (the dedupe
+            is counted in ``sample_ms``).
         """
         t0 = time.perf_counter()
         seeds, inverse = torch.unique(nodes, return_inverse=True)  # [B], [n]
         dedupe_ms = (time.perf_counter() - t0) * 1e3
         self.last_num_seeds = int(seeds.numel())  # the batch size the service curve is indexed by
-        logits, times, num_sampled = self.run(seeds)
-        times = dataclasses.replace(times, sample_ms=times.sample_ms + dedupe_ms)
-        return PathOutput(logits[inverse], times, num_sampled)  # [n, C]
+        out = self.run(seeds, embed)
+        times = dataclasses.replace(out.times, sample_ms=out.times.sample_ms + dedupe_ms)
+        emb = None if out.embeddings is None else out.embeddings[inverse]  # [n, H]
+        return PathOutput(out.logits[inverse], times, out.num_sampled, emb)  # [n, C]

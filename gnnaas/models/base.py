@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, Literal, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +142,9 @@ class GNN(torch.nn.Module):
           (full graph).
         - **output:** logits :math:`(B, C)` with ``B = blocks[-1].size[1]`` (the seeds), or
           :math:`(|\mathcal{V}|, C)` on the full graph.
+        - **embedding** (``forward(..., embed=True)``): :math:`(B, H)` or
+          :math:`(|\mathcal{V}|, H)` with ``H = hidden_channels`` (``in_channels`` for a
+          one-layer model).
     """
 
     arch: ClassVar[Arch]
@@ -207,7 +210,24 @@ class GNN(torch.nn.Module):
         for conv in self.convs:
             cast(MessagePassing, conv).reset_parameters()
 
-    def forward(self, x: Tensor, adjs: Tensor | Sequence[Block]) -> Tensor:
+    @overload
+    def forward(
+        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: Literal[False] = ...
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: Literal[True]
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(
+        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: bool
+    ) -> Tensor | tuple[Tensor, Tensor]: ...
+
+    def forward(
+        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Runs the model on sampled blocks or on a full graph.
 
         Args:
@@ -215,15 +235,22 @@ class GNN(torch.nn.Module):
                 first) or of every node.
             adjs (Tensor | Sequence[Block]): ``num_layers`` blocks, outermost hop first, or a
                 full-graph ``edge_index`` ``[2, E]``.
+            embed (bool, optional): also return the targets' embeddings: the input of the last
+                convolution (after the previous layer's ReLU; dropout too in training mode),
+                restricted to the seeds for blocks. For a one-layer model that is the input
+                features ``x`` themselves (a view of them). (default: ``False``)
 
         Returns:
-            Tensor: ``[B, C]`` logits of the seeds, or ``[N, C]`` on the full graph.
+            Tensor | tuple[Tensor, Tensor]: ``[B, C]`` logits of the seeds, or ``[N, C]`` on the
+            full graph; with ``embed``, the pair ``(embedding, logits)``, ``embedding``
+            ``[B, hidden_channels]`` or ``[N, hidden_channels]``.
         """
         if isinstance(adjs, Tensor):
             for i, conv in enumerate(self.convs):
+                h = x  # the last convolution's input once the loop ends
                 x = conv(x, adjs)  # [N, F_l]
                 x = self._between(x, i)
-            return x
+            return (h, x) if embed else x
         if len(adjs) != self.num_layers:
             raise ValueError(
                 f"{type(self).__name__}.forward expects {self.num_layers} blocks "
@@ -231,22 +258,26 @@ class GNN(torch.nn.Module):
             )
         fused = self.fused_eval and not self.training
         for i, (conv, block) in enumerate(zip(self.convs, adjs, strict=True)):
+            h = x
             out = self.fused_layer(i, x, block) if fused else None
             if out is None:
                 size = (int(block.size[0]), int(block.size[1]))
                 x_dst = x[: size[1]]  # targets are the first num_dst sources
                 out = conv((x, x_dst), block.edge_index, size=size)  # [num_dst, F_l]
             x = self._between(out, i)
+        if embed:
+            return h[: int(adjs[-1].size[1])], x  # [B, H]: the seeds are the first targets
         return x
 
     def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
         """Layer ``layer`` on a sampled block in eval mode, in a few fused tensor operations.
 
-        A subclass whose convolution it can compute directly returns ``[num_dst, F_l]`` (the
-        convolution's output up to floating-point summation order); ``None`` falls back to the
-        PyG convolution. On the small blocks of a served request, PyG's message passing costs
-        more in Python (argument inspection, message/aggregate/update hooks) than in arithmetic:
-        the fused layer takes 35-40% less time for a single seed (``bench_latency.py``).
+        The layer's neighbor aggregation (:meth:`aggregation`, :func:`aggregate_neighbors`) then
+        its :meth:`update`: the convolution's output up to floating-point summation order;
+        ``None`` (a convolution these do not compute) falls back to the PyG convolution. On the
+        small blocks of a served request, PyG's message passing costs more in Python (argument
+        inspection, message/aggregate/update hooks) than in arithmetic: the fused layer takes
+        35-40% less time for a single seed (``bench_latency.py``).
 
         Args:
             layer (int): the layer's index.
@@ -254,7 +285,34 @@ class GNN(torch.nn.Module):
                 targets.
             block (Block): the layer's bipartite block.
         """
+        aggr = self.aggregation(layer)
+        if aggr is None:
+            return None
+        agg = aggregate_neighbors(x, block, mean=aggr == "mean")  # [num_dst, F]
+        return self.update(layer, agg, x[: int(block.size[1])])
+
+    def aggregation(self, layer: int) -> str | None:
+        """How layer ``layer`` aggregates its in-neighbors when :meth:`update` computes the rest
+        of it: ``"sum"`` or ``"mean"``; ``None`` when only the PyG convolution runs it.
+
+        The fused sampled layer (:meth:`fused_layer`) and the exact layer-wise pass
+        (:mod:`gnnaas.inference.layerwise`) aggregate in their own way (a block's messages, a
+        CSR slice of the whole graph) and share the update.
+        """
         return None
+
+    def update(self, layer: int, agg: Tensor, x_dst: Tensor) -> Tensor:
+        """Layer ``layer``'s output from its targets' aggregated neighbors and own rows.
+
+        Args:
+            layer (int): the layer's index (one whose :meth:`aggregation` is not ``None``).
+            agg (Tensor): ``[num_dst, F]`` the aggregated in-neighbors.
+            x_dst (Tensor): ``[num_dst, F]`` the targets' own rows.
+
+        Returns:
+            Tensor: ``[num_dst, F_l]`` the convolution's output (before the activation).
+        """
+        raise NotImplementedError(f"{type(self).__name__} layer {layer} has no fused update")
 
     def _between(self, x: Tensor, layer: int) -> Tensor:
         if layer == self.num_layers - 1:

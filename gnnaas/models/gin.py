@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import torch
 from torch import Tensor
 from torch_geometric.nn import GINConv
 
-from gnnaas.models.base import GNN, Arch, aggregate_neighbors
+from gnnaas.models.base import GNN, Arch
 
-if TYPE_CHECKING:
-    from gnnaas.sampling import Block
-
-__all__ = ["GIN", "gin_fused_layer"]
+__all__ = ["GIN", "gin_aggregation", "gin_update"]
 
 
-def gin_fused_layer(conv: GINConv, x: Tensor, block: Block) -> Tensor | None:
-    """``nn((1 + eps) * x_dst + sum of the neighbors)``: ``GINConv``'s output on a block without
-    its message-passing dispatch (see :meth:`gnnaas.models.GNN.fused_layer`); ``None`` for a
-    convolution that does not sum its neighbors."""
-    if conv.aggr != "add":
-        return None
-    num_dst = int(block.size[1])
-    h = aggregate_neighbors(x, block)  # [num_dst, F]
-    h += (1 + conv.eps) * x[:num_dst]
-    return cast(Tensor, conv.nn(h))
+def gin_aggregation(conv: GINConv) -> str | None:
+    """``"sum"`` for a ``GINConv`` that sums its neighbors, else ``None`` (see
+    :meth:`gnnaas.models.GNN.aggregation`)."""
+    return "sum" if conv.aggr == "add" else None
+
+
+def gin_update(conv: GINConv, agg: Tensor, x_dst: Tensor) -> Tensor:
+    """``nn((1 + eps) * x_dst + agg)``: ``GINConv``'s output without its message-passing dispatch
+    (``agg`` is summed into in place)."""
+    agg += (1 + conv.eps) * x_dst
+    return cast(Tensor, conv.nn(agg))
 
 
 class GIN(GNN):
@@ -66,8 +64,11 @@ class GIN(GNN):
         )
         return GINConv(mlp, train_eps=False)
 
-    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
-        return gin_fused_layer(cast(GINConv, self.convs[layer]), x, block)
+    def aggregation(self, layer: int) -> str | None:
+        return gin_aggregation(cast(GINConv, self.convs[layer]))
+
+    def update(self, layer: int, agg: Tensor, x_dst: Tensor) -> Tensor:
+        return gin_update(cast(GINConv, self.convs[layer]), agg, x_dst)
 
     def first_layer_weights(self) -> list[Tensor]:
         """The weight of the first ``Linear`` of the first layer's MLP.

@@ -19,17 +19,14 @@ dataset loads and runs the same way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from torch import Tensor
 from torch_geometric.nn import MLP, GINConv
 
 from gnnaas.models.base import GNN, Arch
-from gnnaas.models.gin import gin_fused_layer
+from gnnaas.models.gin import gin_aggregation, gin_update
 from gnnaas.models.sage import SAGE
-
-if TYPE_CHECKING:
-    from gnnaas.sampling import Block
 
 __all__ = ["PYG_CLASSES", "PyGGIN", "PyGSAGE"]
 
@@ -64,8 +61,11 @@ class PyGGIN(GNN):
         mlp = MLP([in_channels, out_channels, out_channels], act="relu", norm=None)
         return GINConv(mlp, train_eps=False)
 
-    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
-        return gin_fused_layer(cast(GINConv, self.convs[layer]), x, block)
+    def aggregation(self, layer: int) -> str | None:
+        return gin_aggregation(cast(GINConv, self.convs[layer]))
+
+    def update(self, layer: int, agg: Tensor, x_dst: Tensor) -> Tensor:
+        return gin_update(cast(GINConv, self.convs[layer]), agg, x_dst)
 
     def first_layer_weights(self) -> list[Tensor]:
         """The weight of the first ``Linear`` of the first layer's MLP.

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import torch
 from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
-from gnnaas.models.base import GNN, Arch, aggregate_neighbors
-
-if TYPE_CHECKING:
-    from gnnaas.sampling import Block
+from gnnaas.models.base import GNN, Arch
 
 __all__ = ["SAGE"]
 
@@ -42,17 +39,20 @@ class SAGE(GNN):
     def init_conv(self, in_channels: int, out_channels: int) -> SAGEConv:
         return SAGEConv(in_channels, out_channels, aggr="mean")
 
-    def fused_layer(self, layer: int, x: Tensor, block: Block) -> Tensor | None:
-        """``lin_l(mean of the neighbors) + lin_r(x_dst)``: ``SAGEConv``'s output (mean
-        aggregation, root weight, no projection or normalization) without its dispatch."""
+    def aggregation(self, layer: int) -> str | None:
+        """``"mean"`` for ``SAGEConv``'s layout here (mean aggregation, root weight, no
+        projection or normalization), else ``None``."""
         conv = cast(SAGEConv, self.convs[layer])
         if conv.project or conv.normalize or not conv.root_weight or conv.aggr != "mean":
-            return None  # not the layout this computes: PyG's convolution runs it
-        num_dst = int(block.size[1])
-        agg = aggregate_neighbors(x, block, mean=True)  # [num_dst, F]
+            return None  # not the layout update() computes: PyG's convolution runs it
+        return "mean"
+
+    def update(self, layer: int, agg: Tensor, x_dst: Tensor) -> Tensor:
+        """``lin_l(agg) + lin_r(x_dst)``: ``SAGEConv``'s output without its dispatch."""
+        conv = cast(SAGEConv, self.convs[layer])
         weight, bias = conv.lin_l.weight, conv.lin_l.bias
         out = agg @ weight.t() if bias is None else torch.addmm(bias, agg, weight.t())
-        return out.addmm_(x[:num_dst], conv.lin_r.weight.t())  # [num_dst, F_l]
+        return out.addmm_(x_dst, conv.lin_r.weight.t())  # [num_dst, F_l]
 
     def first_layer_weights(self) -> list[Tensor]:
         """The neighbor (``lin_l``) and root (``lin_r``) weights of the first layer.

@@ -69,6 +69,7 @@ from gnnaas.inference import (
     metric,
     score_parts,
 )
+from gnnaas.inference.lookup import LookupPath, PrecomputedAnswers
 from gnnaas.profiling.perfmodel import Calibration, calibrate, estimate
 from gnnaas.profiling.table import (
     PROFILES_FILE,
@@ -90,7 +91,6 @@ __all__ = ["ProfileResult", "profile_dataset"]
 
 _log = logging.getLogger(__name__)
 
-_WEIGHTS_FILE = "weights.safetensors"
 _MAX_SERVICE_RUNS = 200
 _SERVICE_ROUNDS = 5
 _SERVICE_GAP_S = 0.002
@@ -221,8 +221,7 @@ class _Profiler:
         """The per-node score parts of one split, untimed (for paired intervals)."""
         nums, dens = [], []
         for batch in torch.split(nodes, self.batch_size):
-            logits, _, _ = path.run(batch)
-            num, den = score_parts(logits, self.store.y[batch])
+            num, den = score_parts(path.run(batch).logits, self.store.y[batch])
             nums.append(num)
             dens.append(den)
         num_all, den_all = torch.cat(nums), torch.cat(dens)
@@ -248,14 +247,14 @@ class _Profiler:
         nums: list[Tensor] = []
         dens: list[Tensor] = []
         for batch in batches:  # accuracy pass, timing every full batch
-            logits, times, num_sampled = path.run(batch)
-            num, den = score_parts(logits, y[batch])  # [b] each, in split order
+            out = path.run(batch)
+            num, den = score_parts(out.logits, y[batch])  # [b] each, in split order
             nums.append(num)
             dens.append(den)
             scores.append(metric(num, den))
             if batch.numel() == batches[0].numel():
-                timed.append(times)
-                fracs.append(num_sampled / (batch.numel() * bound))
+                timed.append(out.times)
+                fracs.append(out.num_sampled / (batch.numel() * bound))
         i = 0
         deadline = time.monotonic() + self.min_time_s
         while len(timed) < self.runs or time.monotonic() < deadline:
@@ -417,6 +416,25 @@ def _kept_profiles(
         )
     kept_curves = [r for r in curves.to_dict("records") if r["variant"] in others]
     return {v: rows[v] for v in others}, kept_curves
+
+
+def _answers(
+    repo: VariantRepository, manifest: Manifest, store: GraphStore
+) -> PrecomputedAnswers | None:
+    """A precomputed variant's tables (``None`` for a trained variant), checked against the
+    dataset: one row per node."""
+    if manifest.precomputed is None:
+        return None
+    tables = repo.load_answers(manifest)
+    if tables["logits"].size(0) != store.num_nodes:
+        raise ArtifactError(
+            f"its answers cover {tables['logits'].size(0)} nodes, {store.name} has "
+            f"{store.num_nodes}; run `gnnaas precompute --dataset {store.name} --variant "
+            f"{manifest.precomputed['base']}` again"
+        )
+    return PrecomputedAnswers(
+        tables["logits"], tables.get("embeddings"), manifest.precomputed["graph_version"]
+    )
 
 
 def _timed_batch(executor: Executor, seeds: Tensor) -> tuple[float, ExecResult]:
@@ -671,9 +689,20 @@ def _profile_dataset(
                 skipped.append((variant_id, str(exc)))
                 continue
             features = store.feature_subset(manifest.kept_features)
-            inference = InferencePath(loaded.model, features, prof.sampler(manifest.fanouts), dev)
-            weights = repo.path(store.name, variant_id) / _WEIGHTS_FILE
-            size_kb = weights.stat().st_size / 1024
+            try:
+                answers = _answers(repo, manifest, store)
+            except ArtifactError as exc:
+                _log.warning("skipping variant %s: %s", variant_id, exc)
+                skipped.append((variant_id, str(exc)))
+                continue
+            sampler = prof.sampler(manifest.fanouts)
+            inference: InferencePath = (
+                InferencePath(loaded.model, features, sampler, dev)
+                if answers is None
+                else LookupPath(loaded.model, features, sampler, answers, dev)
+            )
+            folder = repo.path(store.name, variant_id)
+            size_kb = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 1024
             head = {
                 **common,
                 "variant": variant_id,
@@ -710,6 +739,7 @@ def _profile_dataset(
                 device=dev,
                 multi_label=manifest.multi_label,
                 name=variant_id,
+                answers=answers,
             )
             executors[variant_id] = executor
             del loaded, inference, executor

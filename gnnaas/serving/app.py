@@ -258,7 +258,7 @@ def _describe_validation(errors: Sequence[Any]) -> str:
         elif loc == ("body", "nodes"):
             messages.append(f"'nodes' must be a list of integer node ids (got {given!r:.60})")
         elif loc == ("body", "return"):
-            messages.append(f"'return' must be 'class' or 'proba' (got {given!r:.60})")
+            messages.append(f"'return' must be 'class', 'proba' or 'embedding' (got {given!r:.60})")
         elif kind == "extra_forbidden":
             messages.append(f"unknown field {loc[-1]!r}; the body takes 'nodes' and 'return'")
         else:

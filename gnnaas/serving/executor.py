@@ -4,6 +4,22 @@ It lives in :mod:`gnnaas.inference` because the profiler times the same call for
 curves; the serving layer only runs it.
 """
 
-from gnnaas.inference.executor import ExecRequest, ExecResult, Executor, Sampler, StageTimes
+from gnnaas.inference.executor import (
+    ExecRequest,
+    ExecResult,
+    Executor,
+    Output,
+    Sampler,
+    StageTimes,
+    embedding_dim,
+)
 
-__all__ = ["ExecRequest", "ExecResult", "Executor", "Sampler", "StageTimes"]
+__all__ = [
+    "ExecRequest",
+    "ExecResult",
+    "Executor",
+    "Output",
+    "Sampler",
+    "StageTimes",
+    "embedding_dim",
+]

@@ -2,13 +2,14 @@
 
 Measured with py-spy on one core (synth-flickr@0.2, one node per request, sequential): the event
 loop spent about 0.7 ms per request in the ASGI stack (dependency resolution, pydantic body and
-header validation, routing, response classes) around 0.2 ms of model work. :func:`try_predict`
-takes a request that is certainly valid (a JSON object ``{"nodes": [int, ...]}`` with an optional
-``"return"``, well-formed headers, a served dataset, node ids in range, a known pinned variant)
-and answers it with the route's own :func:`~gnnaas.serving.routes.predict.answer`, so body and
-headers are byte for byte the route's. Anything else (every error, every unusual form) is left to
-the FastAPI route, which owns the error contract (ARCHITECTURE §6): the fast lane never answers
-an error except 503 for a full queue, with the route's body and ``Retry-After``.
+header validation, routing, response classes) around 0.2 ms of model work. :func:`try_predict` takes
+a request that is certainly valid (a JSON object ``{"nodes": [int, ...]}`` with an optional
+``"return"`` of ``"class"`` or ``"proba"``, well-formed headers, a served dataset, node ids in
+range, a known pinned variant) and answers it with the route's own
+:func:`~gnnaas.serving.routes.predict.answer`, so body and headers are byte for byte the route's.
+Anything else (embeddings, every error, every unusual form) is left to the FastAPI route, which owns
+the error contract (ARCHITECTURE §6): the fast lane never answers an error except 503 for a full
+queue, with the route's body and ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 
 from gnnaas.errors import OverloadedError
+from gnnaas.serving.executor import Output
 from gnnaas.serving.router import Router
 from gnnaas.serving.routes.predict import START_KEY, answer
 
@@ -43,8 +45,8 @@ def _number(text: bytes | None, *, strictly_positive: bool) -> float | None | bo
     return value
 
 
-def _nodes(body: bytes, num_nodes: int, limit: int) -> tuple[list[int], bool] | None:
-    """``(nodes, proba)`` of a certainly valid body, else ``None``."""
+def _nodes(body: bytes, num_nodes: int, limit: int) -> tuple[list[int], Output] | None:
+    """``(nodes, output)`` of a certainly valid body, else ``None``."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -60,9 +62,9 @@ def _nodes(body: bytes, num_nodes: int, limit: int) -> tuple[list[int], bool] | 
     if min(nodes) < 0 or max(nodes) >= num_nodes:
         return None
     mode = data.get("return", "class")
-    if mode not in ("class", "proba"):
-        return None
-    return nodes, mode == "proba"
+    if mode == "class" or mode == "proba":
+        return nodes, mode
+    return None  # "embedding" and every error: left to the route
 
 
 async def try_predict(core: Router, scope: dict[str, Any], body: bytes, send: Any) -> bool:
@@ -115,14 +117,14 @@ async def try_predict(core: Router, scope: dict[str, Any], body: bytes, send: An
     parsed = _nodes(body, served.num_nodes, core.settings.max_request_nodes)
     if parsed is None:
         return False
-    nodes, proba = parsed
+    nodes, output = parsed
     start = scope.get(START_KEY) or time.perf_counter()
     try:
         content, headers = await answer(
             core,
             served,
             nodes,
-            proba=proba,
+            output=output,
             tolerance=tolerance,  # type: ignore[arg-type]
             slo_ms=slo_ms,  # type: ignore[arg-type]
             pinned=pinned,

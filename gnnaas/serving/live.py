@@ -23,12 +23,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gnnaas.data.live import LiveGraph, Prepared, Staging, Write, WriteLog, open_live
+from gnnaas.data.live import (
+    LiveGraph,
+    Prepared,
+    Staging,
+    Staleness,
+    Write,
+    WriteLog,
+    open_live,
+)
 from gnnaas.errors import OverloadedError
 
 __all__ = ["LiveState", "LiveWriter"]
@@ -48,6 +57,9 @@ class LiveState:
     lock: Any
     key: tuple[str, str] = ("", "")
     writer: LiveWriter | None = field(default=None, repr=False)
+    # Staleness of the precomputed variants served from this graph (a reload's new ones join
+    # beside the old ones, which go with their registry).
+    trackers: weakref.WeakSet[Staleness] = field(default_factory=weakref.WeakSet, repr=False)
 
     # The live states this process has open, by (state dir, dataset).
     _OPEN: ClassVar[dict[tuple[str, str], LiveState]] = {}
@@ -143,6 +155,11 @@ class LiveWriter:
                 try:
                     async with self.exclusive():  # a few array operations, between batches
                         self.state.graph.commit(prepared)
+                        # before any batch reads the new graph: precomputed answers it changed
+                        # are stale from now on
+                        writes = [o[0] for o in outcomes if not isinstance(o, BaseException)]
+                        for tracker in list(self.state.trackers):
+                            tracker.mark(writes)
                 except BaseException as exc:  # the group is logged but not applied: stop here
                     self._fail(group, f"a logged write could not be applied ({exc!r})")
                     if isinstance(exc, asyncio.CancelledError):

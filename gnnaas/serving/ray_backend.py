@@ -39,6 +39,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from gnnaas.errors import ConfigError
+from gnnaas.serving.executor import Output
 from gnnaas.serving.registry import VariantRegistry
 from gnnaas.serving.remote import (
     DatasetDescription,
@@ -127,10 +128,10 @@ class _HandleCaller:
         return result
 
     async def predict(
-        self, variant_id: str, nodes: list[int], proba: bool
+        self, variant_id: str, nodes: list[int], output: Output
     ) -> ReplicaAnswer | ReplicaRefusal:
         result: ReplicaAnswer | ReplicaRefusal = await self.handle.predict.remote(
-            variant_id, nodes, proba
+            variant_id, nodes, output
         )
         return result
 
@@ -166,10 +167,11 @@ class DatasetReplica:
         return self.server.describe()
 
     async def predict(
-        self, variant_id: str, nodes: list[int], proba: bool
+        self, variant_id: str, nodes: list[int], output: Output
     ) -> ReplicaAnswer | ReplicaRefusal:
-        """Serves ``nodes`` with the variant the ingress chose."""
-        return await self.server.predict(variant_id, nodes, proba)
+        """Serves ``nodes`` with the variant the ingress chose (``output``: class, proba or
+        embedding)."""
+        return await self.server.predict(variant_id, nodes, output)
 
     async def pid(self) -> tuple[str, int]:
         """``(replica id, process id)`` of this replica."""

@@ -23,6 +23,7 @@ from gnnaas.serving.policy import Candidate
 from gnnaas.serving.profiles import VariantProfile, profile_of, read_profile_tables
 
 if TYPE_CHECKING:
+    from gnnaas.inference.lookup import PrecomputedAnswers
     from gnnaas.serving.executor import Sampler
     from gnnaas.serving.live import LiveState
     from gnnaas.serving.settings import Settings
@@ -81,6 +82,8 @@ class ServingVariant:
         model (torch.nn.Module): the model in ``eval()`` mode.
         profile (VariantProfile, optional): ``None`` when not profiled (not routed to).
         not_routed (str, optional): why the variant is not routed to. (default: ``None``)
+        answers (PrecomputedAnswers, optional): a precomputed variant's tables and staleness
+            (``<base>@exact``); ``None`` for a trained variant. (default: ``None``)
     """
 
     dataset: str
@@ -93,6 +96,7 @@ class ServingVariant:
     model: torch.nn.Module
     profile: VariantProfile | None = None
     not_routed: str | None = None
+    answers: PrecomputedAnswers | None = None
 
     def __post_init__(self) -> None:
         if self.profile is None and self.not_routed is None:
@@ -427,6 +431,9 @@ class VariantRegistry:
                             f"`gnnaas profile --dataset {name}`"
                         ),
                     )
+                answers = None
+                if m.precomputed is not None and reason is None:
+                    answers, reason = _precomputed_answers(repo, m, store, settings)
                 variants.append(
                     ServingVariant(
                         dataset=name,
@@ -439,6 +446,7 @@ class VariantRegistry:
                         model=loaded.model,
                         profile=profile,
                         not_routed=reason,
+                        answers=answers,
                     )
                 )
                 if reason is not None:
@@ -471,6 +479,49 @@ class VariantRegistry:
             detail = "; ".join(notes) or f"no dataset folders in '{variants_dir}'"
             raise ConfigError(f"nothing to serve ({detail}); {prepare}")
         return cls(served, notes, device=device)
+
+
+def _precomputed_answers(
+    repo: Any, manifest: Any, store: Any, settings: Settings
+) -> tuple[PrecomputedAnswers | None, str | None]:
+    """A precomputed variant's tables with the nodes the graph's writes since made stale, or
+    why it is not routed (answers of another graph, or writes that are no longer in the log).
+
+    On a live graph its :class:`~gnnaas.data.live.Staleness` joins the graph's trackers first,
+    then the log's writes after the precomputed version are marked: a write committed meanwhile
+    is marked by the writer, one before is in the log, none is missed.
+    """
+    from gnnaas.inference.lookup import PrecomputedAnswers
+
+    info = manifest.precomputed
+    redo = f"run `gnnaas precompute --dataset {store.name} --variant {info['base']}` again"
+    tables = repo.load_answers(manifest)
+    answers = PrecomputedAnswers(
+        tables["logits"], tables.get("embeddings"), int(info["graph_version"])
+    )
+    if settings.state_dir is None:
+        if answers.graph_version != 0 or answers.num_nodes != store.num_nodes:
+            return None, (
+                f"its answers are of the live graph at version {answers.graph_version} "
+                f"({answers.num_nodes} nodes); serve with --state-dir, or {redo}"
+            )
+        return answers, None
+    from gnnaas.data.live import Staleness, writes_since
+    from gnnaas.serving.live import LiveState
+
+    state = LiveState.open(store, settings.state_dir)
+    graph = state.graph
+    if answers.graph_version > graph.version or answers.num_nodes > graph.num_nodes:
+        return None, f"its answers are of a newer graph than the one served; {redo}"
+    staleness = Staleness(graph, manifest.num_layers, answers.num_nodes)
+    state.trackers.add(staleness)
+    writes = writes_since(store, settings.state_dir, answers.graph_version)
+    if writes is None:
+        state.trackers.discard(staleness)
+        return None, f"the graph was compacted after version {answers.graph_version}; {redo}"
+    staleness.mark(writes)
+    answers.staleness = staleness
+    return answers, None
 
 
 def _unlisted_variants(

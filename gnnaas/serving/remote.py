@@ -42,6 +42,7 @@ from torch import Tensor
 
 from gnnaas.errors import ConfigError, OverloadedError
 from gnnaas.serving.drift import DriftRecord
+from gnnaas.serving.executor import Output, embedding_dim
 from gnnaas.serving.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.policy import LoadSnapshot
 from gnnaas.serving.profiles import VariantProfile
@@ -137,6 +138,7 @@ class VariantDescription:
     fanouts: tuple[int, ...]
     profile: VariantProfile | None
     not_routed: str | None
+    embedding_dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,9 +192,9 @@ class DatasetCaller(Protocol):
         ...
 
     async def predict(
-        self, variant_id: str, nodes: list[int], proba: bool
+        self, variant_id: str, nodes: list[int], output: Output
     ) -> ReplicaAnswer | ReplicaRefusal:
-        """Serves ``nodes`` with ``variant_id`` on one replica."""
+        """Serves ``nodes`` with ``variant_id`` on one replica (``output``: what per node)."""
         ...
 
 
@@ -269,6 +271,7 @@ class DatasetServer:
                     fanouts=tuple(v.fanouts),
                     profile=v.profile,
                     not_routed=v.not_routed,
+                    embedding_dim=embedding_dim(v.model),
                 )
                 for v in ds.variants.values()
             ),
@@ -297,9 +300,10 @@ class DatasetServer:
         )
 
     async def predict(
-        self, variant_id: str, nodes: list[int], proba: bool
+        self, variant_id: str, nodes: list[int], output: Output
     ) -> ReplicaAnswer | ReplicaRefusal:
-        """Serves validated ``nodes`` with ``variant_id`` (chosen by the ingress).
+        """Serves validated ``nodes`` with ``variant_id`` (chosen by the ingress); ``output`` is
+        ``"class"``, ``"proba"`` or ``"embedding"``.
 
         Returns:
             ReplicaAnswer | ReplicaRefusal: the answer, or why it could not be queued.
@@ -309,7 +313,7 @@ class DatasetServer:
             Exception: whatever the variant's batch raised (the ingress answers 500).
         """
         try:
-            out = await self.router.predict(self.dataset, nodes, proba=proba, pinned=variant_id)
+            out = await self.router.predict(self.dataset, nodes, output=output, pinned=variant_id)
         except OverloadedError as exc:
             return ReplicaRefusal(str(exc), exc.retry_after_s, self.load())
         return ReplicaAnswer(
@@ -338,6 +342,15 @@ def _no_executor(dataset: ServedDataset, variant: ServingVariant) -> Any:
     )
 
 
+class _Weightless(torch.nn.Module):
+    """A variant's model as the ingress holds it: no weights, only its embedding width (read by
+    :func:`~gnnaas.serving.executor.embedding_dim` for the variant listing)."""
+
+    def __init__(self, embedding_dim: int | None) -> None:
+        super().__init__()
+        self.embedding_dim = embedding_dim
+
+
 def served_from(description: DatasetDescription) -> ServedDataset:
     """The ingress's view of a dataset: shape, variants and profiles, no graph or weights."""
     store = StoreShape(
@@ -356,7 +369,7 @@ def served_from(description: DatasetDescription) -> ServedDataset:
             prune=d.prune,
             kept_features=torch.as_tensor(d.kept_features, dtype=torch.long),
             fanouts=d.fanouts,
-            model=torch.nn.Module(),  # the weights live in the replicas
+            model=_Weightless(d.embedding_dim),  # the weights live in the replicas
             profile=d.profile,
             not_routed=d.not_routed,
         )
@@ -595,7 +608,7 @@ class RemoteRouter(Router):
         dataset: ServedDataset,
         nodes: Sequence[int] | Tensor,
         *,
-        proba: bool = False,
+        output: Output = "class",
         tolerance: float | None = None,
         slo_ms: float | None = None,
         pinned: str | None = None,
@@ -615,7 +628,7 @@ class RemoteRouter(Router):
         retry = self.settings.retry_after_s
         try:
             async with asyncio.timeout(self.call_timeout_s):
-                out = await caller.predict(variant.variant_id, ids, proba)
+                out = await caller.predict(variant.variant_id, ids, output)
         except TimeoutError:
             self.lost_calls += 1
             raise OverloadedError(

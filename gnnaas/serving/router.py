@@ -42,13 +42,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from gnnaas.errors import ConfigError, OverloadedError
 from gnnaas.serving.batcher import Batcher, BatchStats
 from gnnaas.serving.drift import DriftRecord
-from gnnaas.serving.executor import ExecRequest, ExecResult, Executor
+from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, Output
 from gnnaas.serving.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.policy import (
     Candidate,
@@ -94,6 +95,7 @@ class _Admitted(NamedTuple):
     admitted: tuple[Candidate, ...]  # most accurate first
     ids: tuple[str, ...]  # their variant ids, in that order
     fastest: frozenset[str]  # policy.fastest_everywhere(admitted)
+    computed: tuple[Candidate, ...]  # admitted minus precomputed variants (for stale nodes)
 
 
 class NotFoundError(ConfigError, LookupError):
@@ -148,6 +150,7 @@ def default_executor_factory(
             multi_label=bool(dataset.store.multi_label),
             name=f"{dataset.name}/{variant.variant_id}",
             graph_version=None if live is None else (lambda: live.graph.version),
+            answers=variant.answers,
         )
 
     return build
@@ -424,7 +427,7 @@ class Router:
                     )
             if self.settings.warmup:
                 for (ds_name, v_id), lane in lanes.items():
-                    warm = [ExecRequest(torch.zeros(1, dtype=torch.long), proba=True)]
+                    warm = [ExecRequest(torch.zeros(1, dtype=torch.long), output="proba")]
                     try:
                         async with self._gate or contextlib.nullcontext():
                             await asyncio.to_thread(lane.handler, warm)
@@ -566,6 +569,7 @@ class Router:
             admitted,
             tuple(c.variant_id for c in admitted),
             fastest_everywhere(admitted),
+            tuple(c for c in admitted if dataset.variants[c.variant_id].answers is None),
         )
         return entry
 
@@ -592,11 +596,15 @@ class Router:
         tolerance: float | None = None,
         slo_ms: float | None = None,
         pinned: str | None = None,
+        nodes: Sequence[int] | Tensor | None = None,
     ) -> tuple[ServingVariant, Selection | None]:
         """The variant for a request: ``pinned`` if given, else the policy's choice.
 
         ``tolerance=None`` means none was given: 0 (the most accurate variant), or every variant
-        when ``slo_ms`` is given (see :mod:`gnnaas.serving.policy`).
+        when ``slo_ms`` is given (see :mod:`gnnaas.serving.policy`). A precomputed variant is
+        chosen only for ``nodes`` whose answers are all fresh: for a stale node (changed by a
+        write since) the policy chooses among the other admissible variants, if any (else the
+        precomputed variant computes it exactly, slower than its profile).
 
         Raises:
             NotFoundError: ``pinned`` names no variant of the dataset.
@@ -629,20 +637,35 @@ class Router:
                 self.load_snapshot(dataset, entry.ids),
                 tie_margin=self.settings.tie_margin,
             )
+        variant = dataset.variants[selection.variant_id]
+        answers = variant.answers
+        if answers is not None and nodes is not None and entry.computed:
+            ids = nodes.numpy() if isinstance(nodes, Tensor) else np.asarray(nodes, np.int64)
+            if answers.any_stale(ids):
+                selection = select_admitted(
+                    request,
+                    entry.computed,
+                    self.load_snapshot(dataset, tuple(c.variant_id for c in entry.computed)),
+                    tie_margin=self.settings.tie_margin,
+                )
+                variant = dataset.variants[selection.variant_id]
         self._last[dataset.name] = selection.variant_id
-        return dataset.variants[selection.variant_id], selection
+        return variant, selection
 
     async def predict(
         self,
         dataset: ServedDataset,
         nodes: Sequence[int] | Tensor,
         *,
-        proba: bool = False,
+        output: Output = "class",
         tolerance: float | None = None,
         slo_ms: float | None = None,
         pinned: str | None = None,
     ) -> Prediction:
         """Serves one request of validated node ids.
+
+        ``output`` is what it returns per node: ``"class"``, ``"proba"`` or ``"embedding"``
+        (:class:`~gnnaas.serving.executor.ExecRequest`).
 
         Raises:
             NotFoundError: unknown pinned variant.
@@ -650,7 +673,7 @@ class Router:
         """
         num_nodes = len(nodes)
         variant, selection = self.select(
-            dataset, num_nodes, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned
+            dataset, num_nodes, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned, nodes=nodes
         )
         lane = self._lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
@@ -661,7 +684,7 @@ class Router:
                 "retry",
                 self.settings.retry_after_s,
             )
-        out = await lane.batcher.submit(ExecRequest(nodes, proba), num_nodes)
+        out = await lane.batcher.submit(ExecRequest(nodes, output), num_nodes)
         times = out.value.times
         return Prediction(
             variant=variant,

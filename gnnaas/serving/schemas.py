@@ -38,11 +38,18 @@ class PredictRequest(BaseModel):
         min_length=1,
         description="Target node ids (integers in [0, num_nodes)); duplicates are allowed.",
     )
-    return_: Literal["class", "proba"] = Field(
+    return_: Literal["class", "proba", "embedding"] = Field(
         default="class",
         alias="return",
         description="`class`: one class id per node (a 0/1 list per node for multi-label "
-        "datasets); `proba`: class probabilities per node.",
+        "datasets); `proba`: class probabilities per node; `embedding`: the serving variant's "
+        "last hidden layer per node (the input of its last convolution), a list of floats as "
+        "wide as the variant's `embedding_dim` (its `hidden_channels`, listed by "
+        "`GET /v1/datasets/{dataset}/variants`). A node's class does not depend on its "
+        "batch-mates; its probabilities and embedding may differ between batches only by "
+        "floating-point summation order (float32 rounding, about 1e-6 of their scale). Each "
+        "variant embeds in its own space: pin one with `X-Variant` to compare embeddings "
+        "across requests.",
     )
 
 
@@ -73,7 +80,11 @@ class PredictResponse(BaseModel):
     """Predictions and how they were made."""
 
     variant: VariantInfo
-    predictions: list[Any] = Field(description="One entry per requested node, in request order.")
+    predictions: list[Any] = Field(
+        description="One entry per requested node, in request order: a class id (a 0/1 list "
+        "for multi-label datasets), a list of class probabilities (`proba`) or a list of "
+        "`embedding_dim` floats (`embedding`), as the request's `return` asked."
+    )
     timing_ms: StageTiming
 
 
@@ -117,6 +128,11 @@ class VariantDetail(BaseModel):
     test_accuracy: float | None = Field(description="Profiled test accuracy in percent.")
     routable: bool
     not_routed: str | None = Field(description="Why the router never chooses it, if so.")
+    embedding_dim: int | None = Field(
+        default=None,
+        description='Width of its embeddings (`"return": "embedding"`): the model\'s '
+        "`hidden_channels` (its input width for a one-layer model); null when unknown.",
+    )
     profile: dict[str, Any] | None = Field(
         description="The profile row (profiles.csv columns) and `service_times` by batch size."
     )
@@ -131,6 +147,20 @@ class VariantDetail(BaseModel):
         default=None,
         description="Predicted (profiled service curve) vs measured time of its recent batches: "
         "count, median_abs_rel_error, medians, and the same by batch size.",
+    )
+    precomputed: bool = Field(
+        default=False,
+        description="A precomputed variant (`<base>@exact`, `gnnaas precompute`): every node's "
+        "exact answer looked up.",
+    )
+    stale_fraction: float | None = Field(
+        default=None,
+        description="Precomputed variants: share of the graph's nodes whose answer a write "
+        "changed since (the router serves them with another variant); null otherwise.",
+    )
+    graph_version: int | None = Field(
+        default=None,
+        description="Precomputed variants: the graph version their answers were computed on.",
     )
 
 

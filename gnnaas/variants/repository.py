@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gnnaas.variants.training import TrainConfig
 
 __all__ = [
+    "EXACT_SUFFIX",
     "FULL_RANKING",
     "MANIFEST_FORMAT",
     "USER_RANKING",
@@ -50,7 +51,7 @@ _log = logging.getLogger(__name__)
 MANIFEST_FORMAT = 1
 """Version of the manifest layout written by this code."""
 # Keys added after format 1 was written: a manifest without them has their default.
-_OPTIONAL_KEYS = ("family", "origin")
+_OPTIONAL_KEYS = ("family", "origin", "precomputed")
 _ORIGINS = ("trained", "user")
 
 FULL_RANKING = "full"
@@ -60,6 +61,10 @@ USER_RANKING = "user"
 
 _WEIGHTS = "weights.safetensors"
 _MANIFEST = "manifest.json"
+_ANSWERS = "answers.safetensors"
+
+EXACT_SUFFIX = "@exact"
+"""Suffix of a precomputed variant's id: ``<base-id>@exact`` (``gnnaas precompute``)."""
 
 
 def _parse_arch(arch: object) -> str:
@@ -126,6 +131,13 @@ class Manifest:
     a user's PyG model) and ``origin`` says who trained the weights (``trained`` by gnnaas, or
     ``user``: a master model or variant the user brought); manifests written before these keys
     existed read as ``gnnaas`` and ``trained``.
+
+    ``precomputed`` is set on a *precomputed* variant (``<base-id>@exact``, written by
+    ``gnnaas precompute``): the base variant's model and weights plus ``answers.safetensors``,
+    every node's exact prediction (full neighborhoods, ``fanouts`` all ``-1``) and embedding. Its
+    keys: ``base`` (the base variant's id), ``graph_version``, ``num_nodes``, ``num_edges`` (of
+    the graph the answers were computed on), ``embedding_dim``, ``answers_sha256``,
+    ``seconds`` (the exact pass).
     """
 
     format: int
@@ -150,6 +162,7 @@ class Manifest:
     created: str = field(default_factory=lambda: _utc_now())
     family: str = "gnnaas"
     origin: str = "trained"
+    precomputed: dict[str, Any] | None = None
 
     @property
     def spec(self) -> VariantSpec:
@@ -157,8 +170,12 @@ class Manifest:
         return VariantSpec(self.dataset, self.arch, self.ranking, self.prune)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of the manifest (keys in the documented order)."""
-        return asdict(self)
+        """The JSON object of the manifest (keys in the documented order; ``precomputed`` only
+        on a precomputed variant's)."""
+        data = asdict(self)
+        if data["precomputed"] is None:
+            del data["precomputed"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "manifest") -> Manifest:
@@ -199,6 +216,7 @@ class Manifest:
                 created=str(data["created"]),
                 family=str(data.get("family", "gnnaas")),
                 origin=str(data.get("origin", "trained")),
+                precomputed=_precomputed(data.get("precomputed")),
             )
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
@@ -223,6 +241,8 @@ class Manifest:
             spec_id = manifest.spec.variant_id
         except ConfigError as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
+        if manifest.precomputed is not None:
+            spec_id += EXACT_SUFFIX
         if spec_id != manifest.variant_id:
             raise ArtifactError(
                 f"{source} says variant_id={manifest.variant_id!r} but its arch/ranking/prune "
@@ -375,6 +395,38 @@ class VariantRepository:
         self._read_checked_weights(manifest)
         return manifest
 
+    def load_answers(self, manifest: Manifest) -> dict[str, torch.Tensor]:
+        """A precomputed variant's checked answers: ``logits`` ``[N, C]`` and ``embeddings``
+        ``[N, H]`` (read from ``answers.safetensors``, sha256 verified).
+
+        Raises:
+            ArtifactError: ``manifest`` is not a precomputed variant's, or its answers are
+                missing, corrupt or not safetensors.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load as st_load
+
+        info = manifest.precomputed
+        if info is None:
+            raise ArtifactError(f"variant {manifest.variant_id} is not a precomputed variant")
+        path = self.path(manifest.dataset, manifest.variant_id) / _ANSWERS
+        redo = (
+            f"run `gnnaas precompute --dataset {manifest.dataset} --variant {info['base']}` again"
+        )
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ArtifactError(f"{path} cannot be read ({exc}); {redo}") from None
+        if hashlib.sha256(data).hexdigest() != info.get("answers_sha256"):
+            raise ArtifactError(f"{path} is corrupt or was edited (sha256 mismatch); {redo}")
+        try:
+            answers = st_load(data)
+        except (SafetensorError, ValueError) as exc:
+            raise ArtifactError(f"{path} is not valid safetensors ({exc}); {redo}") from None
+        if "logits" not in answers or answers["logits"].size(0) != int(info["num_nodes"]):
+            raise ArtifactError(f"{path} does not hold {info['num_nodes']} nodes' logits; {redo}")
+        return answers
+
     def matches(self, spec: VariantSpec, config: TrainConfig, *, num_features: int) -> bool:
         """Whether a stored, intact variant matches the request ``spec`` + ``config``.
 
@@ -389,7 +441,12 @@ class VariantRepository:
             return False
         return manifest.matches(spec, config, num_features=num_features)
 
-    def save(self, manifest: Manifest, model: torch.nn.Module) -> Manifest:
+    def save(
+        self,
+        manifest: Manifest,
+        model: torch.nn.Module,
+        answers: Mapping[str, torch.Tensor] | None = None,
+    ) -> Manifest:
         """Writes a variant atomically and returns its manifest with ``weights_sha256`` filled in.
 
         The weights and manifest go to a hidden temporary folder in ``<root>/<dataset>/``, which
@@ -399,6 +456,9 @@ class VariantRepository:
         Args:
             manifest (Manifest): the variant's manifest; its ``weights_sha256`` is ignored.
             model (torch.nn.Module): the trained model; its ``state_dict`` is saved.
+            answers (Mapping[str, Tensor], optional): a precomputed variant's ``logits`` ``[N, C]``
+                and ``embeddings`` ``[N, H]``, saved as ``answers.safetensors`` with their sha256
+                in ``manifest.precomputed``. (default: ``None``)
 
         Returns:
             Manifest: the manifest as written.
@@ -409,6 +469,16 @@ class VariantRepository:
         state = {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
         data = st_save(state, metadata={"format": "pt", "variant_id": manifest.variant_id})
         manifest = replace(manifest, weights_sha256=hashlib.sha256(data).hexdigest())
+        answers_data = None
+        if answers is not None:
+            if manifest.precomputed is None:
+                raise ValueError("answers are saved only with a precomputed variant's manifest")
+            tensors = {k: v.detach().cpu().contiguous() for k, v in answers.items()}
+            answers_data = st_save(tensors, metadata={"variant_id": manifest.variant_id})
+            digest = hashlib.sha256(answers_data).hexdigest()
+            manifest = replace(
+                manifest, precomputed={**manifest.precomputed, "answers_sha256": digest}
+            )
         Manifest.from_dict(manifest.to_dict(), source=f"manifest of {manifest.variant_id}")
 
         folder = final.parent
@@ -418,6 +488,8 @@ class VariantRepository:
         os.mkdir(tmp)
         try:
             _write_synced(tmp / _WEIGHTS, data)
+            if answers_data is not None:
+                _write_synced(tmp / _ANSWERS, answers_data)
             _write_synced(tmp / _MANIFEST, _manifest_json(manifest).encode("utf-8"))
             self._swap_in(tmp, final)
         except BaseException:
@@ -528,6 +600,22 @@ def _manifest_json(manifest: Manifest) -> str:
     data["kept_features"] = "@kept@"
     text = json.dumps(data, indent=2).replace('"@kept@"', kept, 1)
     return text + "\n"
+
+
+_PRECOMPUTED_KEYS = ("base", "graph_version", "num_nodes", "num_edges", "embedding_dim")
+
+
+def _precomputed(value: Any) -> dict[str, Any] | None:
+    """The ``precomputed`` object of a manifest (``None`` when absent), checked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or any(k not in value for k in _PRECOMPUTED_KEYS):
+        raise ValueError(f"precomputed must be an object with keys {list(_PRECOMPUTED_KEYS)}")
+    out = dict(value)
+    for key in ("graph_version", "num_nodes", "num_edges", "embedding_dim"):
+        out[key] = int(out[key])
+    out["base"] = str(out["base"])
+    return out
 
 
 def _number(value: Any) -> float:

@@ -382,7 +382,7 @@ def _evaluate(path: InferencePath, y: Tensor, nodes: Tensor, batch_size: int) ->
     path.model.eval()
     nums, dens = [], []
     for batch in torch.split(nodes, batch_size):
-        logits, _, _ = path.run(batch)  # [B, C] on the host
+        logits = path.run(batch).logits  # [B, C] on the host
         num, den = score_parts(logits, y[batch])
         nums.append(num)
         dens.append(den)

@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from gnnaas.data.live import LiveGraph, WriteError, WriteLog, compact, open_live, state_folder
+from gnnaas.data.live import (
+    LiveGraph,
+    Staleness,
+    WriteError,
+    WriteLog,
+    compact,
+    open_live,
+    read_live,
+    state_folder,
+    writes_since,
+)
 from gnnaas.data.store import GraphStore
 from gnnaas.sampling import DepthSampler
 
@@ -285,3 +295,64 @@ def test_a_damaged_record_before_others_is_an_error_not_a_torn_tail(tmp_path: Pa
     with pytest.raises(ArtifactError, match="damaged at byte 0"):
         list(WriteLog.read(path))
     assert path.read_bytes() == bytes(data)  # nothing cut off
+
+
+def _chain() -> LiveGraph:
+    """A directed chain 0 → 1 → 2 → 3 → 4 → 5 (each node's in-neighbor is its predecessor)."""
+    edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    store = GraphStore.from_edge_index("chain", edge_index, torch.zeros(6, 2), torch.zeros(6), 2)
+    return LiveGraph(store.rowptr, store.col, store.x, capacity=8)
+
+
+def test_staleness_marks_the_changed_nodes_and_k_hops_downstream() -> None:
+    graph = _chain()
+    staleness = Staleness(graph, hops=2, num_nodes=6)
+    assert staleness.stale[:6].sum() == 0 and staleness.stale[6:].all()  # beyond: no answer yet
+    write = graph.stage().set_features(1, [1.0, 1.0])
+    graph.apply(write)
+    assert staleness.mark([write]) == 3
+    assert staleness.stale[:6].nonzero()[0].tolist() == [1, 2, 3]  # downstream only
+    assert staleness.stale_fraction == pytest.approx(3 / 6)
+    # an added edge 5 -> 0 changes 0's aggregation: 0 and two hops downstream of it (1, 2
+    # already), and then 3's change reaches 4 and 5 through a later write at 3
+    edges = graph.stage().change_edges(add=[[5, 0]])
+    graph.apply(edges)
+    staleness.mark([edges])
+    assert staleness.stale[:6].nonzero()[0].tolist() == [0, 1, 2, 3]
+    again = graph.stage().set_features(3, [2.0, 2.0])
+    graph.apply(again)
+    staleness.mark([again])  # 3 was stale already: its downstream is marked all the same
+    assert staleness.stale[:6].all()
+
+
+def test_staleness_follows_edges_added_since_the_base() -> None:
+    graph = _chain()
+    staleness = Staleness(graph, hops=1, num_nodes=6)
+    added = graph.stage().change_edges(add=[[5, 2]])  # 5 -> 2: 5's changes now reach 2
+    graph.apply(added)
+    staleness.mark([added])
+    assert staleness.stale[:6].nonzero()[0].tolist() == [2, 3]
+    feature = graph.stage().set_features(5, [1.0, 1.0])
+    graph.apply(feature)
+    staleness.mark([feature])
+    assert staleness.stale[:6].nonzero()[0].tolist() == [2, 3, 5]
+
+
+def test_read_live_and_writes_since_read_the_state_without_the_lock(tmp_path: Path) -> None:
+    store = _store()
+    graph, log, lock = open_live(store, tmp_path)
+    try:
+        for node in (1, 2):
+            write = graph.stage().set_features(node, [float(node)] * store.num_features)
+            log.append([(graph.version + 1, write.payload())])
+            graph.apply(write)
+        seen = read_live(store, tmp_path)  # beside the holder of the lock
+        assert seen.version == 2 and seen.features()[2, 0] == 2.0
+        since = writes_since(store, tmp_path, 1)
+        assert since is not None and [w.node for w in since] == [2]
+    finally:
+        log.close()
+        lock.__exit__(None, None, None)
+    compact(store, tmp_path)
+    assert writes_since(store, tmp_path, 1) is None  # folded into the snapshot: unknown
+    assert writes_since(store, tmp_path, 2) == []

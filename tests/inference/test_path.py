@@ -47,7 +47,8 @@ def _path(store: GraphStore, fanouts: tuple[int, ...] = (5, 3)) -> InferencePath
 def test_run_shapes_and_times(store: GraphStore) -> None:
     path = _path(store)
     seeds = torch.tensor([3, 17, 42, 99])
-    logits, times, num_sampled = path.run(seeds)
+    logits, times, num_sampled, embeddings = path.run(seeds)
+    assert embeddings is None  # only when asked for
     assert logits.shape == (4, NUM_CLASSES) and logits.device.type == "cpu"
     assert isinstance(times, StageTimes)
     assert min(times.sample_ms, times.gather_ms, times.compute_ms, times.copy_ms) >= 0
@@ -72,12 +73,55 @@ def test_node_logits_do_not_depend_on_the_batch(store: GraphStore) -> None:
 def test_predict_dedupes_and_scatters_back(store: GraphStore) -> None:
     path = _path(store)
     nodes = torch.tensor([7, 3, 7, 250, 3])
-    logits, _, num_sampled = path.predict(nodes)
+    out = path.predict(nodes)
+    logits, num_sampled = out.logits, out.num_sampled
     assert logits.shape == (5, NUM_CLASSES)
     assert torch.equal(logits[0], logits[2]) and torch.equal(logits[1], logits[4])
     unique = torch.tensor([3, 7, 250])
     assert num_sampled == path.run(unique).num_sampled
     assert torch.allclose(logits[[1, 0, 3]], path.run(unique).logits, atol=1e-5)
+
+
+def test_embeddings_are_the_last_hidden_layer_whatever_the_batch(store: GraphStore) -> None:
+    path = _path(store)
+    nodes = torch.randperm(store.num_nodes, generator=torch.Generator().manual_seed(2))[:40]
+    out = path.run(nodes, embed=True)
+    assert out.embeddings is not None and out.embeddings.shape == (40, 16)  # hidden_channels
+    assert out.embeddings.device.type == "cpu" and (out.embeddings >= 0).all()
+    torch.testing.assert_close(out.logits, path.run(nodes).logits)  # the same logits
+    # a node's embedding may differ between batches only by floating-point summation order
+    alone = torch.cat([path.run(nodes[i : i + 1], embed=True).embeddings for i in range(40)])
+    torch.testing.assert_close(out.embeddings, alone, rtol=0, atol=1e-5)
+    halves = [path.run(part, embed=True).embeddings for part in (nodes[:15], nodes[15:])]
+    torch.testing.assert_close(torch.cat(halves), alone, rtol=0, atol=1e-5)
+    repeated = path.predict(torch.tensor([9, 4, 9]), embed=True).embeddings
+    assert repeated is not None and repeated.shape == (3, 16)
+    assert torch.equal(repeated[0], repeated[2])  # one row, scattered twice
+    torch.testing.assert_close(repeated[:2], path.run(torch.tensor([9, 4]), embed=True).embeddings)
+    emb, logits = path.forward(path.sampler.sample(nodes), embed=True)
+    torch.testing.assert_close(emb, out.embeddings, rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits, out.logits, rtol=0, atol=1e-5)
+
+
+def test_full_fanout_embeddings_are_the_full_graph_ones(store: GraphStore) -> None:
+    path = _path(store, fanouts=(-1, -1))
+    target = torch.repeat_interleave(torch.arange(store.num_nodes), store.rowptr.diff())
+    edge_index = torch.stack([store.col, target])  # messages col -> target, as the sampler reads
+    with torch.inference_mode():
+        full, _ = path.model(path.features, edge_index, embed=True)  # [N, 16]
+    seeds = torch.tensor([0, 42, 7, 299])
+    sampled = path.run(seeds, embed=True).embeddings
+    assert sampled is not None
+    torch.testing.assert_close(sampled, full[seeds], rtol=1e-5, atol=1e-5)
+
+
+def test_one_layer_embeddings_are_copies_of_the_input_features(store: GraphStore) -> None:
+    path = _path(store, fanouts=(4,))
+    first = path.run(torch.tensor([5, 8]), embed=True).embeddings
+    assert first is not None
+    assert torch.equal(first, path.features[[5, 8]])  # the rows themselves, copied
+    path.run(torch.arange(100, 140), embed=True)  # refills the gather buffer
+    assert torch.equal(first, path.features[[5, 8]])
 
 
 def test_executor_gives_the_paths_logits(store: GraphStore) -> None:
@@ -87,12 +131,21 @@ def test_executor_gives_the_paths_logits(store: GraphStore) -> None:
     assert isinstance(sampler, DepthSampler) and repr(sampler) == repr(path.sampler)
     executor = Executor(path.model, path.features, sampler, name="rand/sage")
     seeds = torch.arange(0, 120, 3)
-    proba = executor([ExecRequest(seeds[:25], proba=True), ExecRequest(seeds[10:], proba=True)])
+    proba = executor(
+        [ExecRequest(seeds[:25], output="proba"), ExecRequest(seeds[10:], output="proba")]
+    )
     served = torch.tensor(proba[0].predictions + proba[1].predictions[15:])
     profiled = torch.softmax(path.run(seeds).logits, dim=-1)
     assert torch.allclose(served, profiled, atol=1e-5)
     classes = executor([ExecRequest(seeds)])[0].predictions
     assert classes == profiled.argmax(dim=-1).tolist()
+    (embedded,) = executor([ExecRequest(seeds, output="embedding")])
+    torch.testing.assert_close(
+        torch.tensor(embedded.predictions),
+        path.run(seeds, embed=True).embeddings,
+        atol=1e-5,
+        rtol=0,
+    )
 
 
 def test_shared_mode_is_the_consistent_neighbor_sampler(store: GraphStore) -> None:
@@ -136,10 +189,16 @@ def test_cuda_path_matches_cpu(store: GraphStore) -> None:
     model.load_state_dict(cpu.model.state_dict())
     gpu = InferencePath(model.cuda(), cpu.features, cpu.sampler, "cuda")
     for seeds in (torch.arange(1), torch.arange(0, 300, 7), torch.arange(5)):  # buffer regrows
-        logits, times, _ = gpu.run(seeds)
+        out = gpu.run(seeds)
+        logits, times = out.logits, out.times
         assert logits.device.type == "cpu"
         assert torch.allclose(logits, cpu.run(seeds).logits, atol=1e-4)
         assert min(times.gather_ms, times.compute_ms, times.copy_ms) >= 0
+        embedded = gpu.run(seeds, embed=True)
+        assert embedded.embeddings is not None and embedded.embeddings.device.type == "cpu"
+        expected = cpu.run(seeds, embed=True).embeddings
+        torch.testing.assert_close(embedded.embeddings, expected, rtol=0, atol=1e-4)
+        torch.testing.assert_close(embedded.logits, logits, rtol=0, atol=1e-4)
 
 
 def test_gathers_reuse_one_buffer_up_to_its_limit(

@@ -103,6 +103,53 @@ def test_sampler_blocks_with_all_neighbors_match_full_graph(arch: str) -> None:
     )
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "pyg"])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+def test_embedding_is_the_input_of_the_last_convolution(
+    arch: str, num_layers: int, fused: bool
+) -> None:
+    model = _model(arch, num_layers).eval()
+    model.fused_eval = fused
+    seen: list[Tensor] = []
+    model.convs[-1].register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    width = HIDDEN if num_layers > 1 else IN  # a one-layer model embeds its input features
+    x = torch.randn(NUM_NODES, IN)
+    with torch.inference_mode():
+        embedding, logits = model(x, EDGE_INDEX, embed=True)
+        assert embedding.shape == (NUM_NODES, width)
+        torch.testing.assert_close(embedding, seen[-1])
+        torch.testing.assert_close(logits, model(x, EDGE_INDEX))
+        seeds = torch.tensor([3, 1])
+        n_id, blocks = _full_blocks(EDGE_INDEX, seeds, num_layers)
+        embedding, logits = model(x[n_id], blocks, embed=True)
+    assert embedding.shape == (2, width)
+    _check_shape(logits, 2)
+    if num_layers > 1:
+        assert (embedding >= 0).all()  # after the previous layer's ReLU
+    else:
+        torch.testing.assert_close(embedding, x[seeds])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+def test_full_fanout_embeddings_match_the_full_graph(arch: str, num_layers: int) -> None:
+    # the sampled forward with every neighbor computes the full-graph embeddings
+    order = torch.argsort(EDGE_INDEX[1], stable=True)
+    col = EDGE_INDEX[0, order]
+    rowptr = torch.zeros(NUM_NODES + 1, dtype=torch.int64)
+    rowptr[1:] = torch.bincount(EDGE_INDEX[1], minlength=NUM_NODES).cumsum(0)
+    sampler = NeighborSampler(rowptr, col, (-1,) * num_layers)
+    model = _model(arch, num_layers).eval()
+    x = torch.randn(NUM_NODES, IN)
+    seeds = torch.tensor([4, 0, 6])
+    sub = sampler.sample(seeds, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        sampled, _ = model(x[sub.n_id], sub.blocks, embed=True)
+        full, _ = model(x, EDGE_INDEX, embed=True)
+    torch.testing.assert_close(sampled, full[seeds], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["index_add", "csr"])
 @pytest.mark.parametrize("family", ["gnnaas", "pyg"])
 @pytest.mark.parametrize("arch", ARCHS)

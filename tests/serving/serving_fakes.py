@@ -48,25 +48,34 @@ class IdentitySampler:
 
 
 class FakeModel(torch.nn.Module):
-    """A linear layer that counts calls and can be held (``gate``) or made to fail."""
+    """A linear layer that counts calls and can be held (``gate``) or made to fail.
+
+    Like a one-layer GNN, its embedding (``embed=True``) is its input: ``in_channels`` wide.
+    """
+
+    num_layers = 1
 
     def __init__(self, in_channels: int, seed: int) -> None:
         super().__init__()
         torch.manual_seed(seed)
+        self.in_channels = in_channels
         self.lin = torch.nn.Linear(in_channels, NUM_CLASSES)
         self.calls = 0
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
         self.fail: str | None = None
 
-    def forward(self, x: Tensor, blocks: list[Any]) -> Tensor:
+    def forward(
+        self, x: Tensor, blocks: list[Any], *, embed: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         self.calls += 1
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
         if self.fail is not None:
             raise RuntimeError(self.fail)
-        return self.lin(x)
+        out = self.lin(x)
+        return (x, out) if embed else out
 
 
 # variant id -> (kept features, validation accuracy %, service curve points); None: no profile

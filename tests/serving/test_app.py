@@ -83,7 +83,8 @@ def test_tolerance_zero_selects_the_most_accurate(client: TestClient) -> None:
     assert len(preds) == 3 and preds[0] == preds[2] and all(p in (0, 1, 2) for p in preds)
     assert set(body["timing_ms"]) == {"queue", "sample", "gather", "compute", "total"}
     assert re.fullmatch(
-        r"queue;dur=[\d.]+, sample;dur=[\d.]+, gather;dur=[\d.]+, compute;dur=[\d.]+",
+        r"queue;dur=[\d.]+, sample;dur=[\d.]+, gather;dur=[\d.]+, compute;dur=[\d.]+, "
+        r"total;dur=[\d.]+",
         response.headers["Server-Timing"],
     )
 
@@ -120,6 +121,27 @@ def test_proba(client: TestClient) -> None:
     assert [max(range(3), key=p.__getitem__) for p in probs] == classes
 
 
+@pytest.mark.parametrize(
+    ("headers", "variant", "width"),
+    [({}, "sage-full-1x", 8), ({"X-Accuracy-Tolerance": "50"}, "sage-lasso-8x", 1)],
+)
+def test_embedding(
+    client: TestClient, core: Router, headers: dict[str, str], variant: str, width: int
+) -> None:
+    core.speed.factor = 1.0
+    response = client.post(URL, json={"nodes": [4, 9, 4], "return": "embedding"}, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Variant"] == variant
+    rows = response.json()["predictions"]
+    assert len(rows) == 3 and all(len(row) == width for row in rows)
+    # a toy model embeds like a one-layer GNN: its input, the variant's kept feature columns
+    store = core.registry.datasets["toy"].store
+    expected = store.x[[4, 9, 4], :width]
+    torch.testing.assert_close(torch.tensor(rows), expected, rtol=0, atol=1e-6)
+    listed = client.get("/v1/datasets/toy/variants").json()["variants"]
+    assert {v["id"]: v["embedding_dim"] for v in listed}[variant] == width
+
+
 def test_pinned_variant_even_without_profile(client: TestClient) -> None:
     response = _post(client, [1], **{"X-Variant": "gin-random-8x"})
     assert response.status_code == 200
@@ -128,27 +150,31 @@ def test_pinned_variant_even_without_profile(client: TestClient) -> None:
 
 
 # The consistency promise (README, ARCHITECTURE.md §6): a node's class never depends on its
-# batch-mates; its probabilities may differ only by floating-point summation order, at most
-# PROBA_ATOL per entry (a batched matmul sums in another order than a single row's).
+# batch-mates; its probabilities and embedding may differ only by floating-point summation order,
+# at most PROBA_ATOL per entry (a batched matmul sums in another order than a single row's).
 PROBA_ATOL = 1e-5
 
 
 def test_same_node_same_answer_alone_and_batched(client: TestClient) -> None:
-    def ask(nodes: list[int]) -> tuple[list[int], list[list[float]]]:
+    def ask(nodes: list[int]) -> tuple[list[int], list[list[float]], list[list[float]]]:
         classes = client.post(URL, json={"nodes": nodes}).json()["predictions"]
         proba = client.post(URL, json={"nodes": nodes, "return": "proba"}).json()["predictions"]
-        return classes, proba
+        body = {"nodes": nodes, "return": "embedding"}
+        embedding = client.post(URL, json=body).json()["predictions"]
+        return classes, proba, embedding
 
     node = 7
-    (alone_class,), (alone_proba,) = ask([node])
+    (alone_class,), (alone_proba,), (alone_embedding,) = ask([node])
     requests = [[node, 8], [9, node], [node], [10, 11, node], list(range(40))]
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(ask, requests))
-    for nodes, (classes, proba) in zip(requests, answers, strict=True):
+    for nodes, (classes, proba, embedding) in zip(requests, answers, strict=True):
         i = nodes.index(node)
         assert classes[i] == alone_class, f"class of node {node} changed in batch {nodes}"
         assert max(abs(a - b) for a, b in zip(proba[i], alone_proba, strict=True)) <= PROBA_ATOL
         assert max(range(len(proba[i])), key=proba[i].__getitem__) == alone_class
+        pairs = zip(embedding[i], alone_embedding, strict=True)
+        assert max(abs(a - b) for a, b in pairs) <= PROBA_ATOL
 
 
 # -- load and batching -------------------------------------------------------------------------
@@ -281,7 +307,7 @@ BAD_REQUESTS: list[tuple[str, dict[str, str], Any, int, str]] = [
     (URL, {}, {"nodes": 3}, 422, "'nodes' must be a list of integer node ids (got 3)"),
     (URL, {}, [1, 2], 422, 'the body must be a JSON object like {"nodes": [0, 1, 2]}'),
     (URL, {}, {"nodes": [1], "return": "logits"}, 422,
-     "'return' must be 'class' or 'proba' (got 'logits')"),
+     "'return' must be 'class', 'proba' or 'embedding' (got 'logits')"),
     (URL, {}, {"nodes": list(range(65))}, 413,
      "too many nodes: 65 in one request, the limit is 64; split it"),
 ]  # fmt: skip
@@ -362,6 +388,10 @@ def test_datasets_and_variants(client: TestClient) -> None:
     assert variants["gin-random-8x"]["not_routed"] == "no profile"
     assert variants["sage-lasso-2x"]["accuracy"] == 89.0
     assert variants["sage-lasso-2x"]["test_accuracy"] == 88.0
+    # the width of `"return": "embedding"` rows: the toy models embed their kept features
+    assert {v: d["embedding_dim"] for v, d in variants.items()} == {
+        v: kept for v, (kept, _, _) in TOY_VARIANTS.items()
+    }
     missing = client.get("/v1/datasets/nope/variants")
     assert missing.status_code == 404
 
@@ -404,6 +434,14 @@ def test_openapi_documents_the_headers(client: TestClient) -> None:
         headers = responses[status]["headers"]
         for name in names:
             assert headers[name]["description"] and headers[name]["schema"]["type"] == "string"
+
+
+def test_openapi_documents_the_return_values(client: TestClient) -> None:
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    returned = schemas["PredictRequest"]["properties"]["return"]
+    assert returned["enum"] == ["class", "proba", "embedding"]
+    assert "hidden_channels" in returned["description"]
+    assert "embedding_dim" in schemas["VariantDetail"]["properties"]
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])

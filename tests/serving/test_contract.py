@@ -78,7 +78,8 @@ def test_predict_body_and_headers(http: httpx.Client) -> None:
     assert len(preds) == 3 and preds[0] == preds[2] and all(p in (0, 1, 2) for p in preds)
     assert set(body["timing_ms"]) == {"queue", "sample", "gather", "compute", "total"}
     assert re.fullmatch(
-        r"queue;dur=[\d.]+, sample;dur=[\d.]+, gather;dur=[\d.]+, compute;dur=[\d.]+",
+        r"queue;dur=[\d.]+, sample;dur=[\d.]+, gather;dur=[\d.]+, compute;dur=[\d.]+, "
+        r"total;dur=[\d.]+",
         response.headers["Server-Timing"],
     )
     assert response.headers["Content-Type"] == "application/json"
@@ -112,6 +113,21 @@ def test_pinned_variant_and_proba(http: httpx.Client) -> None:
     assert len(rows) == 2 and all(len(p) == 3 and abs(sum(p) - 1) < 1e-5 for p in rows)
     classes = _post(http, [4, 9], **PIN_FULL).json()["predictions"]
     assert [max(range(3), key=p.__getitem__) for p in rows] == classes
+
+
+def test_embedding(http: httpx.Client) -> None:
+    body = {"nodes": [4, 9, 4], "return": "embedding"}
+    response = http.post(URL, json=body, headers=PIN_FULL)
+    assert response.status_code == 200, response.text
+    rows = response.json()["predictions"]
+    variants = {v["id"]: v for v in http.get("/v1/datasets/toy/variants").json()["variants"]}
+    width = variants["sage-full-1x"]["embedding_dim"]
+    assert width == 8 and len(rows) == 3 and all(len(row) == width for row in rows)
+    assert max(abs(a - b) for a, b in zip(rows[0], rows[2], strict=True)) <= 1e-5
+    assert variants["sage-lasso-8x"]["embedding_dim"] == 1
+    alone = http.post(URL, json={"nodes": [9], "return": "embedding"}, headers=PIN_FULL)
+    (row,) = alone.json()["predictions"]
+    assert max(abs(a - b) for a, b in zip(row, rows[1], strict=True)) <= 1e-5
 
 
 def test_concurrent_requests_all_answer(http: httpx.Client) -> None:

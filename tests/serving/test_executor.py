@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from gnnaas.data.store import GraphStore
+from gnnaas.inference import PathOutput
 from gnnaas.models import build_model
 from gnnaas.sampling import DepthSampler, NeighborSampler
 from gnnaas.serving import ExecRequest, Executor
+from gnnaas.serving.executor import embedding_dim
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,8 +46,8 @@ def _executor(store: GraphStore, *, multi_label: bool = False) -> Executor:
 def test_same_answer_alone_and_in_any_batch(store: GraphStore) -> None:
     ex = _executor(store)
     nodes = torch.randperm(store.num_nodes, generator=torch.Generator().manual_seed(1))[:64]
-    alone = [ex([ExecRequest(nodes[i : i + 1], proba=True)])[0].predictions[0] for i in range(64)]
-    batched = ex([ExecRequest(nodes[:40], proba=True), ExecRequest(nodes[20:].flip(0), proba=True)])
+    alone = [ex([ExecRequest(nodes[i : i + 1], "proba")])[0].predictions[0] for i in range(64)]
+    batched = ex([ExecRequest(nodes[:40], "proba"), ExecRequest(nodes[20:].flip(0), "proba")])
     together = batched[0].predictions + list(reversed(batched[1].predictions))
     expected = alone[:40] + alone[20:]
     assert torch.allclose(torch.tensor(together), torch.tensor(expected), atol=1e-5)
@@ -71,7 +73,7 @@ def test_shared_rows_would_change_answers(store: GraphStore) -> None:
 
 def test_one_result_per_request_in_order_with_duplicates(store: GraphStore) -> None:
     ex = _executor(store)
-    requests = [ExecRequest(torch.tensor([5, 3, 5])), ExecRequest(torch.tensor([3]), proba=True)]
+    requests = [ExecRequest(torch.tensor([5, 3, 5])), ExecRequest(torch.tensor([3]), "proba")]
     out = ex(requests)
     assert len(out) == 2 and ex.calls == 1
     assert len(out[0].predictions) == 3 and out[0].predictions[0] == out[0].predictions[2]
@@ -88,16 +90,23 @@ def test_one_result_per_request_in_order_with_duplicates(store: GraphStore) -> N
 
 def test_multi_label(store: GraphStore) -> None:
     ex = _executor(store, multi_label=True)
-    labels, proba = ex([ExecRequest(torch.tensor([1, 2])), ExecRequest(torch.tensor([1]), True)])
+    labels, proba, embedded = ex(
+        [
+            ExecRequest(torch.tensor([1, 2])),
+            ExecRequest(torch.tensor([1]), "proba"),
+            ExecRequest(torch.tensor([2]), "embedding"),
+        ]
+    )
     assert all(len(row) == 4 and set(row) <= {0, 1} for row in labels.predictions)
     assert [int(p > 0.5) for p in proba.predictions[0]] == labels.predictions[0]
+    assert len(embedded.predictions[0]) == 16
 
 
 def test_executor_runs_the_inference_path(store: GraphStore) -> None:
     ex = _executor(store)
     assert ex.path.sampler is ex.sampler and ex.path.features is ex.features
     nodes = torch.tensor([9, 1, 9])
-    (out,) = ex([ExecRequest(nodes, proba=True)])
+    (out,) = ex([ExecRequest(nodes, output="proba")])
     logits = ex.path.predict(nodes).logits
     assert torch.allclose(torch.tensor(out.predictions), torch.softmax(logits, -1), atol=1e-6)
 
@@ -107,3 +116,55 @@ def test_last_batch_counts_unique_nodes(store: GraphStore) -> None:
     ex = _executor(store)
     ex([ExecRequest(torch.tensor([1, 2, 3])), ExecRequest(torch.tensor([3, 2, 9]))])
     assert ex.last_batch_seeds == 4
+
+
+def test_embeddings_alone_and_in_any_batch(store: GraphStore) -> None:
+    ex = _executor(store)
+    nodes = torch.randperm(store.num_nodes, generator=torch.Generator().manual_seed(3))[:48]
+    alone = [ex([ExecRequest(nodes[i : i + 1], "embedding")])[0].predictions[0] for i in range(48)]
+    assert all(len(row) == ex.model.hidden_channels == 16 for row in alone)
+    batched = ex(
+        [
+            ExecRequest(nodes[:30], "embedding"),
+            ExecRequest(nodes[10:], "proba"),
+            ExecRequest(nodes[20:].flip(0), "embedding"),
+            ExecRequest(nodes[5:9]),
+        ]
+    )
+    together = batched[0].predictions + list(reversed(batched[2].predictions))
+    expected = alone[:30] + alone[20:]
+    # equal up to floating-point summation order (never compared bit for bit)
+    torch.testing.assert_close(torch.tensor(together), torch.tensor(expected), rtol=0, atol=1e-5)
+    assert all(len(row) == 4 for row in batched[1].predictions)  # each request gets its output
+    assert all(isinstance(c, int) for c in batched[3].predictions)
+
+
+def test_embeddings_are_computed_only_when_a_request_asks(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ex = _executor(store)
+    asked: list[bool] = []
+    predict = ex.path.predict
+
+    def spy(nodes: torch.Tensor, embed: bool = False) -> PathOutput:
+        asked.append(embed)
+        return predict(nodes, embed)
+
+    monkeypatch.setattr(ex.path, "predict", spy)
+    ex([ExecRequest(torch.tensor([1, 2])), ExecRequest(torch.tensor([3]), "proba")])
+    ex([ExecRequest(torch.tensor([1, 2])), ExecRequest(torch.tensor([3]), "embedding")])
+    assert asked == [False, True]
+
+
+def test_an_unknown_output_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"output must be 'class', 'proba' or 'embedding' \(got True\)"
+    ):
+        ExecRequest(torch.tensor([1]), True)  # type: ignore[arg-type]  # the old proba flag
+
+
+def test_embedding_dim_is_the_hidden_width() -> None:
+    assert embedding_dim(build_model("sage", 6, 16, 4, num_layers=2)) == 16
+    assert embedding_dim(build_model("gin", 6, 16, 4, num_layers=3)) == 16
+    assert embedding_dim(build_model("sage", 6, 16, 4, num_layers=1)) == 6  # its input
+    assert embedding_dim(torch.nn.Linear(6, 4)) is None

@@ -86,7 +86,7 @@ def test_well_formed_requests_take_the_lane_and_answer_as_the_route(
         ({"nodes": [1.0]}, {}, 422, "node ids must be integers"),
         ({"nodes": []}, {}, 422, "'nodes' is empty"),
         ({"nodes": [1], "extra": 1}, {}, 422, "unknown field 'extra'"),
-        ({"nodes": [1], "return": "logits"}, {}, 422, "'return' must be 'class' or 'proba'"),
+        ({"nodes": [1], "return": "logits"}, {}, 422, "'return' must be 'class', 'proba' or"),
         (b"{not json", {}, 422, "malformed JSON body"),
         ({"nodes": [1]}, {"X-Accuracy-Tolerance": "-1"}, 400, "X-Accuracy-Tolerance must be"),
         ({"nodes": [1]}, {"X-Latency-SLO-Ms": "0"}, 400, "X-Latency-SLO-Ms must be"),
@@ -104,6 +104,17 @@ def test_every_error_is_the_routes(
     response = _post(client, body, **headers)
     assert taken[-1] is False
     assert response.status_code == status and detail in response.json()["detail"]
+
+
+def test_embeddings_are_served_by_the_route(lane: tuple[TestClient, list[bool]]) -> None:
+    client, taken = lane
+    response = _post(
+        client, {"nodes": [2, 5], "return": "embedding"}, **{"X-Variant": "sage-full-1x"}
+    )
+    assert taken[-1] is False
+    assert response.status_code == 200, response.text
+    rows = response.json()["predictions"]
+    assert len(rows) == 2 and all(len(row) == 8 for row in rows)  # sage-full-1x keeps 8 features
 
 
 def test_other_paths_and_content_types_go_to_fastapi(lane: tuple[TestClient, list[bool]]) -> None:

@@ -72,6 +72,32 @@ def server(small_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         _stop(proc)
 
 
+def test_real_server_serves_embeddings(server: Any) -> None:
+    client, _, _, store = server
+    url = f"/v1/datasets/{store.name}/predict"
+    variants = client.get(f"/v1/datasets/{store.name}/variants").json()["variants"]
+    assert {v["id"]: v["embedding_dim"] for v in variants} == {
+        "sage-full-1x": 16,  # hidden_channels of the tiny repository's models
+        "sage-random-4x": 16,
+    }
+
+    def embed(nodes: list[int]) -> list[list[float]]:
+        body = {"nodes": nodes, "return": "embedding"}
+        response = client.post(url, json=body, headers={"X-Variant": "sage-full-1x"})
+        assert response.status_code == 200, response.text
+        return response.json()["predictions"]
+
+    alone = embed([7])[0]
+    assert len(alone) == 16 and min(alone) >= 0  # the last hidden layer, after its ReLU
+    groups = [[7, 1, 2, 3], [4, 7], list(range(40)), [7]]
+    with ThreadPoolExecutor(len(groups)) as pool:
+        answers = list(pool.map(embed, groups))
+    for nodes, got in zip(groups, answers, strict=True):
+        assert all(len(row) == 16 for row in got)
+        row = got[nodes.index(7)]
+        assert max(abs(a - b) for a, b in zip(row, alone, strict=True)) < 1e-5
+
+
 def test_real_server_serves_and_stops_cleanly(server: Any) -> None:
     client, proc, log, store = server
     url = f"/v1/datasets/{store.name}/predict"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gnnaas.serving.deps import DatasetDep, RouterDep, dataset_of
+from gnnaas.serving.executor import embedding_dim
 from gnnaas.serving.policy import admitting_tolerances
 from gnnaas.serving.schemas import (
     DatasetInfo,
@@ -45,11 +46,15 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
                 test_accuracy=None if profile is None else profile.test_accuracy,
                 routable=v.routable,
                 not_routed=v.not_routed,
+                embedding_dim=embedding_dim(v.model),
                 profile=None if profile is None else profile.summary,
                 queued_nodes=snapshot.load(v.variant_id).queued_nodes,
                 predicted_wait_ms=round(snapshot.load(v.variant_id).wait_ms, 3),
                 admissible_at=admitted_at.get(v.variant_id),
                 drift=core.lane(dataset.name, v.variant_id).drift_summary(),
+                precomputed=v.answers is not None,
+                stale_fraction=None if v.answers is None else v.answers.stale_fraction,
+                graph_version=None if v.answers is None else v.answers.graph_version,
             )
         )
     return VariantList(dataset=dataset.name, variants=details)

@@ -1,9 +1,9 @@
 """The model-less predict endpoint.
 
-The route builds its JSON body itself with orjson. Bodies with many values (``proba`` for many
-nodes) are encoded in a worker thread, in chunks of rows: orjson holds the GIL while it runs, so
-short chunks let the event loop take turns instead of stalling every other request for the whole
-body.
+The route builds its JSON body itself with orjson. Bodies with many values (``proba`` or
+``embedding`` rows for many nodes) are encoded in a worker thread, in chunks of rows: orjson holds
+the GIL while it runs, so short chunks let the event loop take turns instead of stalling every
+other request for the whole body.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import orjson
 from fastapi import APIRouter, Header, HTTPException, Path, Request, Response
 
 from gnnaas.serving.deps import dataset_of, router_of
+from gnnaas.serving.executor import Output
 from gnnaas.serving.registry import ServedDataset
 from gnnaas.serving.router import Router
 from gnnaas.serving.schemas import ErrorResponse, PredictRequest, PredictResponse
@@ -125,8 +126,9 @@ _REQUEST_ID = _header("Id of this request in the server log.", "9f2c41d0-17")
 _SUCCESS_HEADERS = {
     "X-Variant": _header("Id of the variant that served the request.", "sage-greedy-8x"),
     "Server-Timing": _header(
-        "Server-side ms per stage (queue, sample, gather, compute), as in `timing_ms`.",
-        "queue;dur=0.05, sample;dur=0.31, gather;dur=0.02, compute;dur=0.4",
+        "Server-side ms per stage (queue, sample, gather, compute) and in all (total), as in "
+        "`timing_ms`.",
+        "queue;dur=0.05, sample;dur=0.31, gather;dur=0.02, compute;dur=0.4, total;dur=0.9",
     ),
     "X-Request-Id": _REQUEST_ID,
 }
@@ -165,7 +167,7 @@ async def predict(
     ] = None,
     x_variant: Annotated[str | None, Header(alias="X-Variant", description=_PIN_DOC)] = None,
 ) -> Response:
-    """Predicts node classes with the fastest variant within the accuracy tolerance."""
+    """Predicts classes, probabilities or embeddings with the fastest variant within tolerance."""
     start = request.scope.get(START_KEY) or time.perf_counter()
     core = router_of(request)
     served = dataset_of(core, dataset)
@@ -201,7 +203,7 @@ async def predict(
         core,
         served,
         nodes,
-        proba=body.return_ == "proba",
+        output=body.return_,
         tolerance=tolerance,  # None: 0, or unbounded with an SLO alone
         slo_ms=slo_ms,
         pinned=x_variant,
@@ -215,7 +217,7 @@ async def answer(
     served: ServedDataset,
     nodes: list[int],
     *,
-    proba: bool,
+    output: Output,
     tolerance: float | None,
     slo_ms: float | None,
     pinned: str | None,
@@ -232,7 +234,7 @@ async def answer(
     """
     metrics = core.metrics
     out = await core.predict(
-        served, nodes, proba=proba, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned
+        served, nodes, output=output, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned
     )
     variant_id = out.variant.variant_id
     total_ms = (time.perf_counter() - start) * 1e3
@@ -259,7 +261,8 @@ async def answer(
         "timing_ms": timing,
     }
     server_timing = ", ".join(
-        f"{stage};dur={timing[stage]}" for stage in ("queue", "sample", "gather", "compute")
+        f"{stage};dur={timing[stage]}"
+        for stage in ("queue", "sample", "gather", "compute", "total")
     )
     first = out.predictions[0] if out.predictions else None
     width = len(first) if isinstance(first, list) else 1  # proba, embedding or multi-label rows

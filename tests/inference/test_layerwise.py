@@ -1,0 +1,121 @@
+"""Exact layer-wise inference equals a full-graph forward, whatever the chunk size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.nn import SAGEConv
+
+from gnnaas.data.store import GraphStore
+from gnnaas.inference.layerwise import layerwise_inference, peak_bytes
+from gnnaas.models import build_model
+
+NUM_CLASSES = 3
+
+
+def _hand_made() -> GraphStore:
+    # 0 ← 1, 0 ← 2, 1 ← 2, 2 ← 0, 3 ← 0, 3 ← 1, 3 ← 2, 4 ← 3; node 5 has no in-neighbor and
+    # node 4 has no out-neighbor: directed, with a sink and an isolated node.
+    edge_index = torch.tensor([[1, 2, 2, 0, 0, 1, 2, 3], [0, 0, 1, 2, 3, 3, 3, 4]])
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 5, generator=g)
+    return GraphStore.from_edge_index("hand", edge_index, x, torch.arange(6) % 3, NUM_CLASSES)
+
+
+def _random() -> GraphStore:
+    g = torch.Generator().manual_seed(0)
+    n = 200
+    edge_index = torch.randint(0, n, (2, 1500), generator=g)
+    x = torch.randn(n, 5, generator=g)
+    return GraphStore.from_edge_index("rand", edge_index, x, torch.randint(0, 3, (n,)), 3)
+
+
+@pytest.fixture(params=["hand", "random"])
+def store(request: pytest.FixtureRequest) -> GraphStore:
+    return _hand_made() if request.param == "hand" else _random()
+
+
+def _model(arch: str, family: str = "gnnaas", layers: int = 2) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = build_model(arch, 5, 8, NUM_CLASSES, num_layers=layers, family=family)
+    if arch == "gin" and family == "gnnaas":  # running statistics away from the identity
+        for conv in model.convs:
+            bn = conv.nn[1]
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    ("arch", "family", "layers"),
+    [("sage", "gnnaas", 2), ("gin", "gnnaas", 2), ("gin", "pyg", 2), ("sage", "gnnaas", 3)],
+)
+@pytest.mark.parametrize("chunk_size", [1, 4, 1000])
+def test_equals_the_full_graph_forward(
+    store: GraphStore, arch: str, family: str, layers: int, chunk_size: int
+) -> None:
+    model = _model(arch, family, layers)
+    with torch.no_grad():
+        expected = model(store.x, store.edge_index)  # [N, C]
+    out = layerwise_inference(model, store.x, store.rowptr, store.col, chunk_size=chunk_size)
+    assert out.logits.shape == (store.num_nodes, NUM_CLASSES)
+    torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
+    assert out.embeddings is None
+
+
+def test_chunk_size_does_not_change_the_result(store: GraphStore) -> None:
+    model = _model("gin")
+    runs = [
+        layerwise_inference(model, store.x, store.rowptr, store.col, chunk_size=c, embeddings=True)
+        for c in (1, 3, 64, store.num_nodes)
+    ]
+    for other in runs[1:]:
+        torch.testing.assert_close(other.logits, runs[0].logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(other.embeddings, runs[0].embeddings, atol=1e-5, rtol=1e-5)
+
+
+def test_embeddings_are_the_last_layers_input_with_the_hidden_width(store: GraphStore) -> None:
+    model = _model("sage")
+    out = layerwise_inference(model, store.x, store.rowptr, store.col, embeddings=True)
+    assert out.embeddings is not None
+    assert out.embeddings.shape == (store.num_nodes, model.hidden_channels)
+    assert bool((out.embeddings >= 0).all())  # after the first layer's ReLU
+    with torch.no_grad():  # the last layer on the embeddings gives the logits
+        last = model.convs[-1](out.embeddings, store.edge_index)
+    torch.testing.assert_close(out.logits, last, atol=1e-5, rtol=1e-5)
+
+
+def test_a_convolution_without_a_fused_update_runs_through_pyg(store: GraphStore) -> None:
+    model = _model("sage")
+    model.convs[0] = SAGEConv(5, 8, aggr="max")  # no fused update: message passing per chunk
+    assert model.aggregation(0) is None
+    with torch.no_grad():
+        expected = model(store.x, store.edge_index)
+    out = layerwise_inference(model, store.x, store.rowptr, store.col, chunk_size=7)
+    torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_progress_counts_every_node_of_every_layer(store: GraphStore) -> None:
+    seen: list[int] = []
+    layerwise_inference(
+        _model("sage"), store.x, store.rowptr, store.col, chunk_size=5, progress=seen.append
+    )
+    assert sum(seen) == 2 * store.num_nodes
+    assert max(seen) <= 5
+
+
+def test_bad_arguments_are_refused(store: GraphStore) -> None:
+    model = _model("sage")
+    with pytest.raises(ValueError, match="chunk_size"):
+        layerwise_inference(model, store.x, store.rowptr, store.col, chunk_size=0)
+    with pytest.raises(ValueError, match="nodes but the features"):
+        layerwise_inference(model, store.x[:-1], store.rowptr, store.col)
+
+
+def test_peak_bytes_grows_with_nodes_and_chunk() -> None:
+    model = _model("sage")
+    small = peak_bytes(model, 1000, 10_000, 100)
+    assert peak_bytes(model, 2000, 20_000, 100) > small
+    assert peak_bytes(model, 1000, 10_000, 1000) > small
+    # the floor: output states of the widest consecutive pair plus the embeddings, float32
+    assert small >= 4 * 1000 * (8 + 3 + 8)
