@@ -16,6 +16,7 @@ Shapes:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -135,10 +136,7 @@ class LookupPath(InferencePath):
             if emb is not None and hit_emb is not None:
                 emb[fresh] = hit_emb
         lookup_ms = (time.perf_counter() - t1) * 1e3
-        times = computed.times
-        times = StageTimes(
-            times.sample_ms, times.gather_ms + lookup_ms, times.compute_ms, times.copy_ms
-        )
+        times = dataclasses.replace(computed.times, gather_ms=computed.times.gather_ms + lookup_ms)
         return PathOutput(logits, times, computed.num_sampled + int(hit.numel()), emb)
 
     def forward(self, sub: Any, embed: bool = False) -> Tensor:
