@@ -42,8 +42,6 @@ from gnnaas.errors import ConfigError
 from gnnaas.serving.executor import Output
 from gnnaas.serving.registry import VariantRegistry
 from gnnaas.serving.remote import (
-    Call,
-    CoalescingCaller,
     DatasetDescription,
     DatasetServer,
     RemoteRouter,
@@ -137,12 +135,6 @@ class _HandleCaller:
         )
         return result
 
-    async def predict_many(self, calls: Sequence[Call]) -> list[ReplicaAnswer | ReplicaRefusal]:
-        result: list[ReplicaAnswer | ReplicaRefusal] = await self.handle.predict_many.remote(
-            list(calls)
-        )
-        return result
-
 
 @serve.deployment(
     health_check_period_s=_HEALTH_CHECK_PERIOD_S, health_check_timeout_s=_HEALTH_CHECK_TIMEOUT_S
@@ -181,10 +173,6 @@ class DatasetReplica:
         embedding)."""
         return await self.server.predict(variant_id, nodes, output)
 
-    async def predict_many(self, calls: list[Call]) -> list[ReplicaAnswer | ReplicaRefusal]:
-        """Serves the requests the ingress sent together (each as :meth:`predict` would)."""
-        return await self.server.predict_many(calls)
-
     async def pid(self) -> tuple[str, int]:
         """``(replica id, process id)`` of this replica."""
         return self.server.replica, self.server.pid
@@ -215,9 +203,6 @@ class Ingress:
         handles (dict[str, DeploymentHandle]): each dataset's deployment, by dataset name.
         call_timeout_s (float, optional): the longest wait for a replica's answer (then 503).
             (default: ``30.0``)
-        calls_in_flight (int, optional): calls out at once per dataset; the requests that
-            arrive meanwhile go together in the next (:class:`CoalescingCaller`).
-            (default: ``2``)
     """
 
     def __init__(
@@ -225,20 +210,15 @@ class Ingress:
         settings: dict[str, Any],
         handles: dict[str, DeploymentHandle],
         call_timeout_s: float = 30.0,
-        calls_in_flight: int = 2,
     ) -> None:
         self.settings = Settings(**settings)
         self.handles = handles
         self.call_timeout_s = call_timeout_s
-        self.calls_in_flight = calls_in_flight
 
     def __serve_build_asgi_app__(self) -> Any:
         from gnnaas.serving.app import create_app
 
-        callers = {
-            name: CoalescingCaller(_HandleCaller(h), max_in_flight=self.calls_in_flight)
-            for name, h in self.handles.items()
-        }
+        callers = {name: _HandleCaller(h) for name, h in self.handles.items()}
         router = RemoteRouter(
             self.settings, callers, lost_errors=LOST_ERRORS, call_timeout_s=self.call_timeout_s
         )
@@ -331,9 +311,8 @@ def _replica_options(
             "min_replicas": low,
             "initial_replicas": low,
             "max_replicas": high,
-            # Serve counts the ingress's calls, each carrying every request queued meanwhile
-            # (CoalescingCaller, two out per replica at full load): two per replica is busy
-            "target_ongoing_requests": 2,
+            # a replica batches: a few requests in flight each keep its batches full
+            "target_ongoing_requests": 4,
         }
     return options
 
@@ -381,9 +360,7 @@ def build_app(
     ingress = Ingress.options(  # type: ignore[attr-defined]
         ray_actor_options={"num_cpus": ingress_cpus}
     )
-    # two calls out per replica: one being served, the next one on its way
-    most = autoscale[1] if autoscale is not None else replicas
-    return ingress.bind(values, handles, call_timeout_s, 2 * most)
+    return ingress.bind(values, handles, call_timeout_s)
 
 
 def build_from_args(args: dict[str, Any]) -> serve.Application:

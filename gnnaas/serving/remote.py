@@ -52,8 +52,6 @@ from gnnaas.serving.settings import Settings
 
 __all__ = [
     "REPLICA_METRICS",
-    "Call",
-    "CoalescingCaller",
     "DatasetCaller",
     "DatasetDescription",
     "DatasetServer",
@@ -199,106 +197,6 @@ class DatasetCaller(Protocol):
         """Serves ``nodes`` with ``variant_id`` on one replica (``output``: what per node)."""
         ...
 
-    async def predict_many(self, calls: Sequence[Call]) -> list[ReplicaAnswer | ReplicaRefusal]:
-        """Serves several requests ``(variant_id, nodes, output)`` on one replica, in one call;
-        the answers in the same order."""
-        ...
-
-
-#: One request as the ingress sends it: ``(variant_id, nodes, output)``.
-Call = tuple[str, list[int], Output]
-
-
-class CoalescingCaller:
-    """Sends the requests that arrive while a dataset's calls are out as one call.
-
-    Each request to a replica is one remote call, and on Ray Serve a call costs milliseconds of
-    CPU in the ingress, the replica and Ray itself, whatever it carries; one call per request made
-    the second hop the bottleneck (``benchmarks/results/scale.md``). Here at most
-    ``max_in_flight`` calls per dataset are out at once: a request that finds one free goes at
-    once, alone (no wait at low load); the others queue, and when a call returns everything queued
-    goes in the next call (``predict_many``), where the replica's batchers see the requests at once
-    as if they had come one by one. Under load the number of calls stops growing with the
-    requests; nothing waits on a timer. A call that fails fails each request it carried.
-
-    Args:
-        caller (DatasetCaller): the dataset's replicas.
-        max_in_flight (int, optional): calls out at once. (default: ``2``)
-        max_calls (int, optional): most requests in one call. (default: ``64``)
-    """
-
-    def __init__(self, caller: DatasetCaller, *, max_in_flight: int = 2, max_calls: int = 64):
-        if max_in_flight < 1 or max_calls < 1:
-            raise ValueError(
-                f"CoalescingCaller: max_in_flight and max_calls must be >= 1 "
-                f"(got {max_in_flight}, {max_calls})"
-            )
-        self.caller = caller
-        self.max_in_flight = max_in_flight
-        self.max_calls = max_calls
-        self._out = 0
-        self._queued: list[tuple[Call, asyncio.Future[ReplicaAnswer | ReplicaRefusal]]] = []
-        self.calls_sent = 0  # remote calls made
-        self.requests_sent = 0  # requests they carried
-
-    async def describe(self) -> DatasetDescription:
-        """The dataset as a replica serves it."""
-        return await self.caller.describe()
-
-    async def predict(
-        self, variant_id: str, nodes: list[int], output: Output
-    ) -> ReplicaAnswer | ReplicaRefusal:
-        """Serves one request, alone if a call is free, else in the next call with the others
-        queued by then."""
-        future: asyncio.Future[ReplicaAnswer | ReplicaRefusal] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._queued.append(((variant_id, nodes, output), future))
-        self._send()
-        return await future
-
-    async def predict_many(self, calls: Sequence[Call]) -> list[ReplicaAnswer | ReplicaRefusal]:
-        """Serves ``calls`` in one call of the wrapped caller."""
-        return await self.caller.predict_many(calls)
-
-    def _send(self) -> None:
-        while self._queued and self._out < self.max_in_flight:
-            group = self._queued[: self.max_calls]
-            del self._queued[: self.max_calls]
-            # a request whose caller gave up (timeout, disconnect) is not sent
-            group = [(call, future) for call, future in group if not future.done()]
-            if not group:
-                continue
-            self._out += 1
-            self.calls_sent += 1
-            self.requests_sent += len(group)
-            asyncio.get_running_loop().create_task(self._call(group))
-
-    async def _call(
-        self, group: list[tuple[Call, asyncio.Future[ReplicaAnswer | ReplicaRefusal]]]
-    ) -> None:
-        try:
-            if len(group) == 1:
-                (variant_id, nodes, output), _ = group[0]
-                answers = [await self.caller.predict(variant_id, nodes, output)]
-            else:
-                answers = await self.caller.predict_many([call for call, _ in group])
-        except Exception as exc:  # the call's failure is each request's (lost replica...)
-            for _, future in group:
-                if not future.done():
-                    future.set_exception(exc)
-        except BaseException:  # cancelled (shutdown): so are its requests
-            for _, future in group:
-                future.cancel()
-            raise
-        else:
-            for (_, future), answer in zip(group, answers, strict=True):
-                if not future.done():
-                    future.set_result(answer)
-        finally:
-            self._out -= 1
-            self._send()
-
 
 # -- replica side --------------------------------------------------------------------------------
 
@@ -400,11 +298,6 @@ class DatasetServer:
             metrics_text=metrics_text,
             drift=drift,
         )
-
-    async def predict_many(self, calls: Sequence[Call]) -> list[ReplicaAnswer | ReplicaRefusal]:
-        """Serves several requests at once (:meth:`predict` each, concurrently, so the variants'
-        batchers batch them); the answers in the order of ``calls``."""
-        return list(await asyncio.gather(*(self.predict(*call) for call in calls)))
 
     async def predict(
         self, variant_id: str, nodes: list[int], output: Output
