@@ -47,7 +47,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -464,14 +464,15 @@ def create_app(
         description=_DESCRIPTION,
         lifespan=lifespan,
     )
-    # fastapi-offline builds a plain FastAPI; _App only adds the edge in front (no state of its own).
+    # fastapi-offline builds a plain FastAPI; _App only puts the edge in front (no state of its
+    # own), so the instance takes its class.
     app.__class__ = _App
     app.state.settings = settings
     app.state.router = core
     app.state.metrics = metrics
     app.state.reloader = reloader
-    app.edge = _Edge(
-        app.inner,
+    cast(_App, app).edge = _Edge(
+        cast(_App, app).inner,
         max_bytes=settings.max_body_bytes,
         metrics=metrics,
         state=app.state if settings.fast_lane else None,
