@@ -727,6 +727,18 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     _add_quiet(p)
 
 
+def _add_served_folders(p: argparse.ArgumentParser) -> None:
+    """``--variants``, ``--profiles``, ``--data-root`` of what a server serves (serve,
+    ray-config); left out, the GNNAAS_* variables decide."""
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="folder holding real datasets (default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
+    )
+
+
 def _add_epochs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--epochs",
@@ -1032,13 +1044,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Serve every dataset that has variants and profiles over HTTP. Options "
         "left out fall back to the GNNAAS_* variables (GNNAAS_VARIANTS_DIR, GNNAAS_DEVICE, ...).",
     )
-    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
-    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
-    p.add_argument(
-        "--data-root",
-        default=None,
-        help="folder holding real datasets (default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
-    )
+    _add_served_folders(p)
     p.add_argument(
         "--dataset",
         nargs="*",
@@ -1094,13 +1100,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "with `serve deploy`: an ingress and one deployment per dataset. Folders are written as "
         "absolute paths, which every node of the cluster must see.",
     )
-    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
-    p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
-    p.add_argument(
-        "--data-root",
-        default=None,
-        help="folder holding real datasets (default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
-    )
+    _add_served_folders(p)
     p.add_argument(
         "--dataset",
         nargs="*",

@@ -56,7 +56,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import gnnaas
-from gnnaas.errors import ArtifactError, ConfigError, OverloadedError
+from gnnaas.errors import ConfigError, OverloadedError
 from gnnaas.serving.fastlane import try_predict
 from gnnaas.serving.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.registry import VariantRegistry
@@ -302,7 +302,7 @@ class _App(FastAPI):
 
 
 def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
-    @app.exception_handler(Exception)
+    @app.exception_handler(Exception)  # an ArtifactError included: a bad file is ours, not theirs
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         request_id = str(request.scope.get(REQUEST_ID_KEY, "-"))
         _log.error(
@@ -341,14 +341,6 @@ def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
             status_code=503,
             headers={"Retry-After": _retry_after(exc.retry_after_s)},
         )
-
-    @app.exception_handler(ArtifactError)
-    async def _artifact(request: Request, exc: ArtifactError) -> JSONResponse:
-        request_id = str(request.scope.get(REQUEST_ID_KEY, "-"))
-        _log.error(
-            "artifact error while serving (request id %s): %s", request_id, exc, exc_info=exc
-        )
-        return JSONResponse({"detail": internal_error_detail(request_id)}, status_code=500)
 
 
 def _refreeze() -> None:
