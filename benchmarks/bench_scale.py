@@ -35,8 +35,10 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,8 @@ __all__ = ["main"]
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("single", "workers2", "trivial", "ray1", "ray2")
 ROUTER_HEADERS = {"X-Accuracy-Tolerance": "2"}
+PROCESS_COST_CLIENTS = 32  # near the process servers' sustained rate (policy.md, scale.md)
+RAY_COST_CLIENTS = 4  # near Ray's: its p99 passes 20 ms from a few clients on this machine
 
 
 def have_ray() -> bool:
@@ -89,20 +93,106 @@ def save_results(
     say(f"wrote {out / f'{stem}.md'}")
 
 
-def tree_pss_mb(pid: int) -> float:
-    """PSS (MB) of a process and all its descendants; shared pages counted once over them."""
-    total_kb, todo = 0, [pid]
+def tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (those alive now)."""
+    pids, todo = [], [pid]
     while todo:
         p = todo.pop()
         try:
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total_kb += int(line.split()[1])
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo.extend(int(c) for c in (task / "children").read_text().split())
         except OSError:
             continue
+        pids.append(p)
+    return pids
+
+
+def tree_pss_mb(pid: int) -> float:
+    """PSS (MB) of a process and all its descendants; shared pages counted once over them."""
+    total_kb = 0
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kb += int(line.split()[1])
     return total_kb / 1024
+
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` has used; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core; idle and iowait left out)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S
+
+
+def ray_roles() -> dict[str, list[int]]:
+    """This machine's Ray Serve processes by role, from their process titles."""
+    roles: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("ray::ProxyActor"):
+            role = "proxy"
+        elif title.startswith("ray::ServeReplica:gnnaas:ingress"):
+            role = "ingress"
+        elif title.startswith("ray::ServeReplica:gnnaas:dataset-"):
+            role = "dataset replicas"
+        elif title.startswith("ray::ServeReplica:trivial"):
+            role = "trivial app"
+        elif title.startswith("ray::") or "/ray/core/src/ray/" in title:
+            role = "rest of Ray"
+        else:
+            continue
+        roles.setdefault(role, []).append(int(entry.name))
+    return roles
+
+
+def cpu_cost(
+    url: str,
+    bodies: list[bytes],
+    headers: dict[str, str],
+    groups: dict[str, list[int]],
+    *,
+    concurrency: int,
+    requests: int,
+) -> dict[str, Any]:
+    """CPU per answered request of each process group, of the client and of the whole machine.
+
+    One closed-loop step of ``requests`` at ``concurrency``; the CPU the groups' processes used
+    during it over the requests answered. ``machine_busy_cores`` is how many of the machine's
+    cores were busy on average (everything: servers, client, the rest), which says whether the
+    machine, not the server, bounded the rate.
+    """
+    before = {g: sum(map(process_cpu_s, pids)) for g, pids in groups.items()}
+    busy0, t0 = machine_busy_s(), time.perf_counter()
+    spec = StepSpec(rate_rps=0.0, duration_s=60.0, max_requests=requests, concurrency=concurrency)
+    step = asyncio.run(run_closed(url, bodies, headers, spec))
+    wall, busy = time.perf_counter() - t0, machine_busy_s() - busy0
+    ok = max(int(step.ok.sum()), 1)
+    per = {g: 1e3 * (sum(map(process_cpu_s, groups[g])) - b) / ok for g, b in before.items()}
+    return {
+        "concurrency": concurrency,
+        "requests": step.sent,
+        "rate_rps": step.throughput_rps,
+        "server_ms": per,
+        "client_ms": 1e3 * step.client_cpu_s / ok,
+        "machine_busy_cores": busy / wall,
+    }
 
 
 def sequential_p50(url: str, bodies: list[bytes], headers: dict[str, str], n: int) -> float:
@@ -163,6 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sizes": {},
         "sequential_p50_ms": {},
         "memory_pss_mb": {},
+        "cpu_1_node": {},
     }
     procs = [b for b in args.backends if b in ("single", "workers2", "trivial")]
     rays = [b for b in args.backends if b in ("ray1", "ray2")]
@@ -184,8 +275,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         idle = [s for n, s in servers.items() if n != "trivial"]
         pols = [policy(n, s.base_url) for n, s in servers.items()]
         measure(pols, nodes, args, results, idle, cfg.dataset)
+        single_bodies = make_bodies(nodes, 1, 512, seed=1)
         for name, server in servers.items():
             results["memory_pss_mb"][name] = tree_pss_mb(server.pid)
+            results["cpu_1_node"][name] = cpu_cost(
+                pols[list(servers).index(name)].url or "",
+                single_bodies,
+                {} if name == "trivial" else ROUTER_HEADERS,
+                {"server": tree_pids(server.pid)},
+                concurrency=PROCESS_COST_CLIENTS,
+                requests=args.cost_requests,
+            )
+            say(f"cpu {name}: {results['cpu_1_node'][name]}")
         if rays:
             # Ray in this process (the driver): one local cluster, one Serve proxy; the trivial
             # app under /trivial next to gnnaas; 1 then 2 replicas of the dataset's deployment.
@@ -229,6 +330,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 measure(group, nodes, args, results, idle, cfg.dataset)
                 pids = ray_backend.replica_pids(cfg.dataset)
                 results["memory_pss_mb"][name] = sum(tree_pss_mb(p) for p in pids.values())
+                for pol in group[:2]:  # gnnaas on Ray, then the trivial app on Ray
+                    results["cpu_1_node"][pol.key] = cpu_cost(
+                        pol.url or "",
+                        single_bodies,
+                        pol.headers,
+                        ray_roles(),
+                        concurrency=RAY_COST_CLIENTS,
+                        requests=max(args.cost_requests // 10, 100),
+                    )
+                    say(f"cpu {pol.key}: {results['cpu_1_node'][pol.key]}")
                 results.setdefault("ray_replica_pids", {})[name] = pids
     return results
 
@@ -272,6 +383,34 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _cpu_table(results: dict[str, Any]) -> list[str]:
+    """Where the CPU of a single-node request goes, per server."""
+    costs = results.get("cpu_1_node", {})
+    if not costs:
+        return []
+    cores = results["machine"].get("cores", "?")
+    lines = [
+        "## CPU per single-node request",
+        "",
+        f"One closed-loop step per server (process servers at {PROCESS_COST_CLIENTS} clients, Ray "
+        f"at {RAY_COST_CLIENTS}): CPU milliseconds its processes used per answered request, the "
+        f"client's, and how many of the machine's {cores} cores were busy on average.",
+        "",
+        "| server | req/s | server CPU ms/request (by process group) | client CPU ms/request "
+        "| busy cores |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for key, c in costs.items():
+        groups = ", ".join(f"{g} {ms:.2f}" for g, ms in c["server_ms"].items())
+        total = sum(c["server_ms"].values())
+        lines.append(
+            f"| {key} | {c['rate_rps']:,.0f} | {total:.2f} ({groups}) | {c['client_ms']:.2f} "
+            f"| {c['machine_busy_cores']:.2f} |"
+        )
+    lines.append("")
+    return lines
+
+
 def write_markdown(results: dict[str, Any], path: Path) -> None:
     m = results["machine"]
     a = results["args"]
@@ -306,6 +445,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             lines.append(f"| {key} | {_median(rates)} | {seq[key]:.2f} |")
         lines.append("")
     lines += _verdicts(results)
+    lines += _cpu_table(results)
     lines += ["## Memory (PSS of each server's process tree after the run)", ""]
     lines += ["| server | PSS MB |", "|---|---:|"]
     for name, mb in results["memory_pss_mb"].items():
@@ -331,11 +471,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--concurrency",
         type=int,
         nargs="+",
-        default=[1, 2, 4, 8, 16, 32],
-        help="closed-loop levels",
+        default=[1, 2, 4, 8, 16, 32, 64, 96, 128],
+        help="closed-loop levels, as bench_policy.py climbs (default: 1 2 4 ... 128)",
     )
     parser.add_argument("--step-max-requests", type=int, default=40_000)
     parser.add_argument("--sequential", type=int, default=300, help="requests for the p50")
+    parser.add_argument(
+        "--cost-requests",
+        type=int,
+        default=20_000,
+        help="single-node requests of the CPU-per-request step (Ray's: a tenth) (default: 20000)",
+    )
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
