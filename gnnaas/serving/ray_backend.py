@@ -118,10 +118,17 @@ def _by_value(fn: Callable[..., Any] | None) -> None:
 
 
 class _HandleCaller:
-    """A dataset deployment's handle as a :class:`~gnnaas.serving.remote.DatasetCaller`."""
+    """A dataset deployment's handle as a :class:`~gnnaas.serving.remote.DatasetCaller`.
+
+    Calls travel over Serve's gRPC transport (``_by_reference=False``) rather than as Ray actor
+    calls: measured on the project's 2-core machine (``bench_scale.py``, single-node requests,
+    4 clients) it took the ingress and the replica from 6.4 and 3.9 to 5.2 and 2.9 ms of CPU per
+    request, +15% sustained rate, with the same answers and the same 503 when a replica dies (a
+    gRPC ``UNAVAILABLE`` reaches the ingress as Ray's ``ActorUnavailableError``).
+    """
 
     def __init__(self, handle: DeploymentHandle) -> None:
-        self.handle = handle
+        self.handle = handle.options(_by_reference=False)
 
     async def describe(self) -> DatasetDescription:
         result: DatasetDescription = await self.handle.describe.remote()
