@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import sys
@@ -107,6 +108,8 @@ def _settings_values(settings: Settings) -> dict[str, Any]:
 
 def _by_value(fn: Callable[..., Any] | None) -> None:
     """Ships ``fn``'s module with it when the replicas could not import it (tests, scripts)."""
+    while isinstance(fn, functools.partial):  # the module is the wrapped function's
+        fn = fn.func
     if fn is None:
         return
     name = getattr(fn, "__module__", "") or ""

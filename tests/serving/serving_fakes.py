@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -242,3 +243,42 @@ def toy_registry_factory(settings: Any, dataset: str) -> VariantRegistry:
     if dataset != "toy":
         raise ValueError(f"toy_registry_factory: only dataset 'toy' exists (got {dataset!r})")
     return make_toy_registry()[0]
+
+
+class _HangingModel(torch.nn.Module):
+    """Wraps a model: once ``armed`` exists (the test creates it), the next forward pass writes
+    ``marker`` and hangs for ``hold_s``; passes before (the replica's warm-up) and after (a
+    retry) go through. Gives a request that is surely in flight when its replica is killed."""
+
+    def __init__(self, inner: FakeModel, armed: str, marker: str, hold_s: float) -> None:
+        super().__init__()
+        self.inner = inner
+        self.num_layers = inner.num_layers
+        self.in_channels = inner.in_channels
+        self.armed, self.marker, self.hold_s = armed, marker, hold_s
+
+    def forward(
+        self, x: Tensor, blocks: list[Any], *, embed: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        if os.path.exists(self.armed):
+            try:
+                with open(self.marker, "x") as f:  # the first armed pass only
+                    f.write("in flight\n")
+                threading.Event().wait(self.hold_s)  # hangs this batch, not the test
+            except FileExistsError:
+                pass
+        return self.inner(x, blocks, embed=embed)
+
+
+def hanging_toy_registry_factory(
+    armed: str, marker: str, hold_s: float, settings: Any, dataset: str
+) -> VariantRegistry:
+    """The toy registry whose ``sage-full-1x`` hangs in its first pass once ``armed`` exists
+    (bind ``armed``, ``marker`` and ``hold_s`` with :func:`functools.partial`)."""
+    registry, models = make_toy_registry()
+    toy = registry.get("toy")
+    assert toy is not None
+    toy.variants["sage-full-1x"].model = _HangingModel(
+        models["sage-full-1x"], armed, marker, hold_s
+    )
+    return registry

@@ -3,17 +3,19 @@ keep answering 200, nothing hangs, and Ray brings the replica back."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
-from serving_fakes import toy_registry_factory
-from test_app import SETTINGS, URL
+from serving_fakes import hanging_toy_registry_factory, toy_registry_factory
+from test_app import PIN_FULL, SETTINGS, URL
 
 from gnnaas.serving import Settings
 
@@ -128,3 +130,53 @@ def test_killed_replica_is_restarted_and_only_its_requests_fail(two_replicas: st
         assert a.took_s < REQUEST_TIMEOUT_S
     assert any(a.status == 200 and a.sent > killed_at for a in answers)
     assert all(a.status == 200 for a in answers if a.sent > back_at + 5)
+
+
+def test_request_in_flight_on_a_killed_replica_gets_503(ray_serve: int, tmp_path: Path) -> None:
+    """Deterministic: the request is inside the model (its marker written) when its only replica
+    is killed; it is answered 503 with ``Retry-After`` and a detail as soon as Ray reports the
+    death, well before the call timeout, and Ray brings a new replica up."""
+    from ray import serve
+
+    from gnnaas.serving import ray_backend
+
+    armed, marker = tmp_path / "armed", tmp_path / "in-flight"
+    factory = functools.partial(hanging_toy_registry_factory, str(armed), str(marker), 60.0)
+    url = ray_backend.run_ray(
+        Settings(**SETTINGS),
+        replicas=1,
+        port=ray_serve,
+        datasets=["toy"],
+        registry_factory=factory,
+        replica_cpus=0.5,
+        call_timeout_s=REQUEST_TIMEOUT_S - 2,
+        name="hanging",
+        route_prefix="/hanging",
+    )
+    try:
+        pids = ray_backend.replica_pids("toy", "hanging", calls=2)
+        armed.touch()  # after the replica's warm-up
+        answers: list[httpx.Response] = []
+
+        def send() -> None:
+            with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S) as client:
+                answers.append(client.post(URL, json={"nodes": [3]}, headers=PIN_FULL))
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        _poll(marker.exists, 30, "the request inside the model")
+        killed = next(iter(pids.values()))
+        os.kill(killed, signal.SIGKILL)
+        killed_at = time.monotonic()
+        sender.join(REQUEST_TIMEOUT_S + 5)
+        took = time.monotonic() - killed_at
+        after = ray_backend.replica_pids("toy", "hanging", calls=2)
+    finally:
+        serve.delete("hanging")
+    assert not sender.is_alive() and len(answers) == 1
+    answer = answers[0]
+    assert answer.status_code == 503, answer.text
+    assert int(answer.headers["Retry-After"]) >= 1
+    assert "was lost while answering" in answer.json()["detail"]
+    assert took < REQUEST_TIMEOUT_S - 2  # not the call timeout: Ray's death notice
+    assert after and killed not in after.values()
