@@ -124,10 +124,9 @@ class _HandleCaller:
     """A dataset deployment's handle as a :class:`~gnnaas.serving.remote.DatasetCaller`.
 
     Calls travel over Serve's gRPC transport (``_by_reference=False``) rather than as Ray actor
-    calls: measured on the project's 2-core machine (``bench_scale.py``, single-node requests,
-    4 clients) it took the ingress and the replica from 6.4 and 3.9 to 5.2 and 2.9 ms of CPU per
-    request, +15% sustained rate, with the same answers and the same 503 when a replica dies (a
-    gRPC ``UNAVAILABLE`` reaches the ingress as Ray's ``ActorUnavailableError``).
+    calls: less CPU in the ingress and the replica per request, the same answers, and the same
+    503 when a replica dies (a gRPC ``UNAVAILABLE`` reaches the ingress as Ray's
+    ``ActorUnavailableError``). ``docs/scaling.md`` has the measurement.
     """
 
     def __init__(self, handle: DeploymentHandle) -> None:
@@ -498,13 +497,16 @@ def run_asgi_app(
     serve.run(app, name=name, route_prefix=route_prefix, blocking=False)
 
 
-def replica_pids(dataset: str, name: str = APP_NAME, *, calls: int = 16) -> dict[str, int]:
+def replica_pids(
+    dataset: str, name: str = APP_NAME, *, calls: int = 16, timeout_s: float = 120.0
+) -> dict[str, int]:
     """``{replica id: pid}`` of a dataset's replicas that answered ``calls`` pid requests
     (Serve spreads them, so every replica answers with high probability; the fault benchmark
-    and tests kill one of them)."""
+    and tests kill one of them). Each answer is awaited at most ``timeout_s`` (then Serve's
+    ``TimeoutError``)."""
     handle = serve.get_deployment_handle(dataset_deployment_name(dataset), app_name=name)
     answers = [handle.pid.remote() for _ in range(calls)]
-    return dict(answer.result() for answer in answers)
+    return dict(answer.result(timeout_s=timeout_s) for answer in answers)
 
 
 def shutdown_ray() -> None:

@@ -246,9 +246,17 @@ def toy_registry_factory(settings: Any, dataset: str) -> VariantRegistry:
 
 
 class _HangingModel(torch.nn.Module):
-    """Wraps a model: once ``armed`` exists (the test creates it), the next forward pass writes
-    ``marker`` and hangs for ``hold_s``; passes before (the replica's warm-up) and after (a
-    retry) go through. Gives a request that is surely in flight when its replica is killed."""
+    """A model that hangs once, so that a request is surely running when its replica is killed.
+
+    Once ``armed`` exists (the test creates it) the next forward pass writes ``marker`` and
+    hangs for ``hold_s``; passes before (the replica's warm-up) and after go through.
+
+    Args:
+        inner (FakeModel): the model wrapped.
+        armed (str): the file whose existence arms the hang.
+        marker (str): the file the hanging pass writes.
+        hold_s (float): how long it hangs.
+    """
 
     def __init__(self, inner: FakeModel, armed: str, marker: str, hold_s: float) -> None:
         super().__init__()
@@ -273,8 +281,14 @@ class _HangingModel(torch.nn.Module):
 def hanging_toy_registry_factory(
     armed: str, marker: str, hold_s: float, settings: Any, dataset: str
 ) -> VariantRegistry:
-    """The toy registry whose ``sage-full-1x`` hangs in its first pass once ``armed`` exists
-    (bind ``armed``, ``marker`` and ``hold_s`` with :func:`functools.partial`)."""
+    """The toy registry whose ``sage-full-1x`` is a :class:`_HangingModel`.
+
+    Bind ``armed``, ``marker`` and ``hold_s`` with :func:`functools.partial`; Ray's replicas call
+    the rest as a registry factory.
+
+    Returns:
+        VariantRegistry: the toy registry.
+    """
     registry, models = make_toy_registry()
     toy = registry.get("toy")
     assert toy is not None

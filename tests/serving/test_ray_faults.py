@@ -156,11 +156,14 @@ def test_request_in_flight_on_a_killed_replica_gets_503(ray_serve: int, tmp_path
     try:
         pids = ray_backend.replica_pids("toy", "hanging", calls=2)
         armed.touch()  # after the replica's warm-up
-        answers: list[httpx.Response] = []
+        answers: list[httpx.Response | Exception] = []
 
         def send() -> None:
             with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT_S) as client:
-                answers.append(client.post(URL, json={"nodes": [3]}, headers=PIN_FULL))
+                try:
+                    answers.append(client.post(URL, json={"nodes": [3]}, headers=PIN_FULL))
+                except httpx.HTTPError as exc:  # a timeout shows in the assertion below
+                    answers.append(exc)
 
         sender = threading.Thread(target=send)
         sender.start()
@@ -175,8 +178,9 @@ def test_request_in_flight_on_a_killed_replica_gets_503(ray_serve: int, tmp_path
         serve.delete("hanging")
     assert not sender.is_alive() and len(answers) == 1
     answer = answers[0]
+    assert isinstance(answer, httpx.Response), repr(answer)
     assert answer.status_code == 503, answer.text
     assert int(answer.headers["Retry-After"]) >= 1
-    assert "was lost while answering" in answer.json()["detail"]
-    assert took < REQUEST_TIMEOUT_S - 2  # not the call timeout: Ray's death notice
+    assert "was lost while answering" in answer.json()["detail"]  # Ray's death notice, not
+    assert took < REQUEST_TIMEOUT_S  # the call timeout (its detail says "answered within")
     assert after and killed not in after.values()

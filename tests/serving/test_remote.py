@@ -1,6 +1,6 @@
 """The ingress's :class:`RemoteRouter` over an in-process replica: a call that hangs past
 ``call_timeout_s`` and a call lost with its replica are both answered 503 (``OverloadedError``
-with ``retry_after_s``), never a hang; a served call carries the replica's load back."""
+with ``retry_after_s``), never a hang; a served call makes its replica known to the policy."""
 
 from __future__ import annotations
 
@@ -60,13 +60,13 @@ def test_served_lost_and_hung_calls() -> None:
                 await router.predict(toy, [4])
             assert lost.value.retry_after_s == 3.0
 
-            caller.mode = "hang"
+            caller.mode, router.call_timeout_s = "hang", 0.2  # served calls keep 30 s
             with pytest.raises(OverloadedError, match="answered within 0.2 s") as hung:
                 await router.predict(toy, [5])
             assert hung.value.retry_after_s == 3.0
             assert router.lost_calls == 2
 
-            caller.mode = "serve"  # the next call is served again
+            caller.mode, router.call_timeout_s = "serve", 30  # the next call is served again
             assert len((await router.predict(toy, [6])).predictions) == 1
         finally:
             await server.stop()
