@@ -423,8 +423,7 @@ def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
             )
         variant = max(trained, key=lambda m: m.metrics.get("val_acc", 0.0)).variant_id
     state_dir = args.state_dir or os.environ.get("GNNAAS_STATE_DIR")
-    backend = "ray" if args.backend == "ray" else "local"
-    _say(args, f"exact layer-wise pass of {store.name}/{variant} ({backend})")
+    _say(args, f"exact layer-wise pass of {store.name}/{variant} ({args.backend})")
     manifest = repo.manifest(store.name, variant)
     with tqdm(
         total=store.num_nodes * manifest.num_layers,
@@ -440,7 +439,7 @@ def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
             state_dir=state_dir,
             chunk_size=args.chunk_size,
             embeddings=embeddings,
-            backend=backend,
+            backend=args.backend,
             address=args.address,
             progress=bar.update,
         )

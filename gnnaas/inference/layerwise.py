@@ -45,6 +45,7 @@ from gnnaas.models.base import GNN
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "LayerwiseOutput",
+    "check_inputs",
     "layer_chunk",
     "layerwise_inference",
     "peak_bytes",
@@ -141,6 +142,23 @@ def layer_chunk(
     return out
 
 
+def check_inputs(features: Tensor, rowptr: Tensor, chunk_size: int) -> int:
+    """The node count of a layer-wise pass, after checking its inputs agree.
+
+    Raises:
+        ValueError: ``chunk_size`` < 1, or the CSR does not match the features.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
+    n = int(features.size(0))
+    if rowptr.numel() != n + 1:
+        raise ValueError(
+            f"the CSR has {rowptr.numel() - 1} nodes but the features {n} rows; "
+            "pass the graph and features of one dataset"
+        )
+    return n
+
+
 def layerwise_inference(
     model: GNN,
     features: Tensor,
@@ -169,14 +187,7 @@ def layerwise_inference(
     Raises:
         ValueError: ``chunk_size`` < 1, or the CSR does not match the features.
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
-    n = int(features.size(0))
-    if rowptr.numel() != n + 1:
-        raise ValueError(
-            f"the CSR has {rowptr.numel() - 1} nodes but the features {n} rows; "
-            "pass the graph and features of one dataset"
-        )
+    n = check_inputs(features, rowptr, chunk_size)
     model.eval()
     x, kept = features, None
     with torch.inference_mode():

@@ -48,6 +48,7 @@ from gnnaas.inference.layerwise import (
     DEFAULT_CHUNK_SIZE,
     LayerwiseOutput,
     Progress,
+    check_inputs,
     layer_chunk,
     layer_widths,
     layerwise_inference,
@@ -274,16 +275,9 @@ def ray_layerwise_inference(
         ValueError: ``chunk_size`` or ``partitions`` < 1, or the CSR does not match the features.
         ConfigError: Ray is not installed.
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1 (got {chunk_size})")
+    n = check_inputs(features, rowptr, chunk_size)
     if partitions is not None and partitions < 1:
         raise ValueError(f"partitions must be >= 1 (got {partitions})")
-    n = int(features.size(0))
-    if rowptr.numel() != n + 1:
-        raise ValueError(
-            f"the CSR has {rowptr.numel() - 1} nodes but the features {n} rows; "
-            "pass the graph and features of one dataset"
-        )
     ray = _import_ray()
     if n == 0:  # nothing to distribute
         return layerwise_inference(model, features, rowptr, col, embeddings=embeddings)

@@ -96,6 +96,7 @@ class _Admitted(NamedTuple):
     ids: tuple[str, ...]  # their variant ids, in that order
     fastest: frozenset[str]  # policy.fastest_everywhere(admitted)
     computed: tuple[Candidate, ...]  # admitted minus precomputed variants (for stale nodes)
+    computed_ids: tuple[str, ...]  # their variant ids, in that order
 
 
 class NotFoundError(ConfigError, LookupError):
@@ -562,6 +563,7 @@ class Router:
         if hit is not None and hit.source is dataset.candidates:
             return hit
         admitted = tuple(candidates_within(dataset.candidates, tolerance))
+        computed = tuple(c for c in admitted if dataset.variants[c.variant_id].answers is None)
         if len(self._admitted) >= _ADMITTED_CACHE_SIZE:
             self._admitted.clear()
         entry = self._admitted[key] = _Admitted(
@@ -569,7 +571,8 @@ class Router:
             admitted,
             tuple(c.variant_id for c in admitted),
             fastest_everywhere(admitted),
-            tuple(c for c in admitted if dataset.variants[c.variant_id].answers is None),
+            computed,
+            tuple(c.variant_id for c in computed),
         )
         return entry
 
@@ -645,7 +648,7 @@ class Router:
                 selection = select_admitted(
                     request,
                     entry.computed,
-                    self.load_snapshot(dataset, tuple(c.variant_id for c in entry.computed)),
+                    self.load_snapshot(dataset, entry.computed_ids),
                     tie_margin=self.settings.tie_margin,
                 )
                 variant = dataset.variants[selection.variant_id]

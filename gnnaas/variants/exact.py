@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import os
 import time
@@ -33,8 +34,14 @@ from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.inference import InferencePath, metric, score_parts
-from gnnaas.inference.layerwise import DEFAULT_CHUNK_SIZE, layerwise_inference, peak_bytes
+from gnnaas.inference.layerwise import (
+    DEFAULT_CHUNK_SIZE,
+    LayerwiseOutput,
+    layerwise_inference,
+    peak_bytes,
+)
 from gnnaas.variants.repository import EXACT_SUFFIX, Manifest, VariantRepository
+from gnnaas.variants.training import evaluate_path
 
 __all__ = ["ExactRun", "exact_pass", "precompute", "write_parquet"]
 
@@ -56,7 +63,6 @@ class ExactRun:
         peak_bytes (int): memory the pass needs beyond the features
             (:func:`~gnnaas.inference.layerwise.peak_bytes`).
         accuracy (dict): per split (``val``, ``test``), ``exact`` and ``sampled`` accuracy in %.
-        multi_label (bool): the dataset is multi-label.
     """
 
     manifest: Manifest
@@ -67,7 +73,6 @@ class ExactRun:
     seconds: float
     peak_bytes: int
     accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
-    multi_label: bool = False
 
     @property
     def num_nodes(self) -> int:
@@ -76,7 +81,7 @@ class ExactRun:
 
     def predictions(self) -> np.ndarray:
         """Class ids ``[N]`` (multi-label: ``[N, C]`` 0/1)."""
-        if self.multi_label:
+        if self.manifest.multi_label:  # the variant's dataset's
             return (self.logits > 0).to(torch.int8).numpy()
         return self.logits.argmax(dim=-1).numpy()
 
@@ -114,12 +119,7 @@ def _sampled_accuracy(
 
     sampler = serving_sampler(graph[0], graph[1], manifest.fanouts)
     path = InferencePath(model, features, sampler)
-    nums, dens = [], []
-    for batch in torch.split(nodes, 1024):
-        num, den = score_parts(path.run(batch).logits, store.y[batch])
-        nums.append(num)
-        dens.append(den)
-    return 100.0 * metric(torch.cat(nums), torch.cat(dens))
+    return 100.0 * evaluate_path(path, store.y, nodes, 1024)
 
 
 def exact_pass(
@@ -176,29 +176,13 @@ def exact_pass(
     features = x.index_select(1, keep) if state_dir is not None else store.feature_subset(keep)
     need = peak_bytes(model, features.size(0), col.numel(), chunk_size)
     start = time.perf_counter()
+    infer: Callable[..., LayerwiseOutput] = layerwise_inference
     if backend == "ray":
         from gnnaas.inference.ray_layerwise import ray_layerwise_inference
 
-        out = ray_layerwise_inference(
-            model,
-            features,
-            rowptr,
-            col,
-            chunk_size=chunk_size,
-            embeddings=embeddings,
-            progress=progress,
-            address=address,
-        )
-    else:
-        out = layerwise_inference(
-            model,
-            features,
-            rowptr,
-            col,
-            chunk_size=chunk_size,
-            embeddings=embeddings,
-            progress=progress,
-        )
+        infer = functools.partial(ray_layerwise_inference, address=address)
+    kwargs = {"chunk_size": chunk_size, "embeddings": embeddings, "progress": progress}
+    out = infer(model, features, rowptr, col, **kwargs)
     seconds = time.perf_counter() - start
     run = ExactRun(
         manifest,
@@ -208,7 +192,6 @@ def exact_pass(
         int(col.numel()),
         seconds,
         need,
-        multi_label=bool(store.multi_label),
     )
     if compare:
         for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):

@@ -612,7 +612,7 @@ def _precomputed(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict) or any(k not in value for k in _PRECOMPUTED_KEYS):
         raise ValueError(f"precomputed must be an object with keys {list(_PRECOMPUTED_KEYS)}")
     out = dict(value)
-    for key in ("graph_version", "num_nodes", "num_edges", "embedding_dim"):
+    for key in _PRECOMPUTED_KEYS[1:]:  # every key but "base" is a count
         out[key] = int(out[key])
     out["base"] = str(out["base"])
     return out

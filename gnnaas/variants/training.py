@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from gnnaas.inference import InferencePath
     from gnnaas.sampling import Block, NeighborSampler
 
-__all__ = ["TrainConfig", "TrainResult", "evaluate", "train_model"]
+__all__ = ["TrainConfig", "TrainResult", "evaluate", "evaluate_path", "train_model"]
 
 _log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def train_model(
             bar.update(1)
             if epoch % config.eval_every != 0 and epoch != config.max_epochs:
                 continue
-            val_acc = _evaluate(eval_path, store.y, store.val_idx, config.batch_size)
+            val_acc = evaluate_path(eval_path, store.y, store.val_idx, config.batch_size)
             history.append({"epoch": float(epoch), "loss": loss, "val_acc": val_acc})
             _log.info("epoch: %03d  loss: %.4f  val_acc: %.4f", epoch, loss, val_acc)
             bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.4f}")
@@ -241,7 +241,7 @@ def train_model(
         bar.close()
 
     model.load_state_dict(best_state)
-    test_acc = _evaluate(eval_path, store.y, store.test_idx, config.batch_size)
+    test_acc = evaluate_path(eval_path, store.y, store.test_idx, config.batch_size)
     model = model.cpu().eval()
     train_time_s = time.perf_counter() - start
     _log.info(
@@ -316,7 +316,7 @@ def evaluate(
     model.to(device)
     try:
         path = _eval_path(model, store, x, fanouts, seed, device)
-        return _evaluate(path, store.y, nodes, batch_size)
+        return evaluate_path(path, store.y, nodes, batch_size)
     finally:
         model.train(was_training)
 
@@ -373,7 +373,7 @@ def _eval_path(
     return InferencePath(model, x, sampler, device)
 
 
-def _evaluate(path: InferencePath, y: Tensor, nodes: Tensor, batch_size: int) -> float:
+def evaluate_path(path: InferencePath, y: Tensor, nodes: Tensor, batch_size: int) -> float:
     """The metric of ``nodes`` (accuracy, or F1-micro for multi-label) through ``path``."""
     from gnnaas.inference import metric, score_parts
 
