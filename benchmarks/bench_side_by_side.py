@@ -5,7 +5,7 @@ shared VM the machine's own speed moves between the two. This benchmark removes 
 ``gnnaas serve`` (pinned variants, one request at a time, as ``bench_drift.py``) and, interleaved
 with it in the same minutes, times the same variants the way the profiler does (the variant's
 :class:`~gnnaas.inference.Executor` in a worker thread with the profiler's idle gap before each
-batch: :func:`gnnaas.profiling.profiler._timed_batch`). Per variant and batch size it prints the
+batch: :func:`gnnaas.profiling.curves._timed_batch`). Per variant and batch size it prints the
 server's median handler time (its drift record) and the profiler method's median, and their
 difference: how far a curve measured by ``gnnaas profile`` is from what the server measures when
 the machine is the same.
@@ -40,7 +40,8 @@ from loadgen import free_port  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     from gnnaas.data import load_dataset
     from gnnaas.inference import Executor
-    from gnnaas.profiling.profiler import _SERVICE_GAP_S, _timed_batch
+    from gnnaas.profiling.curves import _GAP_S as _SERVICE_GAP_S
+    from gnnaas.profiling.curves import _timed_batch
     from gnnaas.sampling import serving_sampler
     from gnnaas.variants.repository import VariantRepository
 

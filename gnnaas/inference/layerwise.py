@@ -123,9 +123,14 @@ def layer_chunk(
     x_dst = x[start:stop]
     aggr = model.aggregation(layer)
     if aggr is not None:
+        cap = model.exact_cap(layer)
         if aggr == "mean":
             degree = crow.diff()
             values = degree.clamp(min=1).to(x.dtype).reciprocal().repeat_interleave(degree)
+        elif cap is not None:  # a sum over full neighborhoods, at the trained sums' scale
+            degree = crow.diff()
+            per_dst = degree.clamp(max=cap).to(x.dtype) / degree.clamp(min=1).to(x.dtype)
+            values = per_dst.repeat_interleave(degree)
         else:
             values = x.new_ones(src.numel())
         adjacency = torch.sparse_csr_tensor(

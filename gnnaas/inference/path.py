@@ -142,6 +142,9 @@ class InferencePath:
                 "the path copies the gathered rows to the device"
             )
         self.model = model.eval()
+        configure = getattr(model, "configure_fanouts", None)
+        if configure is not None:  # a GIN sampled past its training fanouts scales its sums
+            configure(getattr(sampler, "fanouts", None))
         self.features = features
         self.sampler = sampler
         self.device = torch.device(device)

@@ -49,7 +49,9 @@ SPARSE_MIN_ELEMENTS = 1 << 20
 CSR product instead of gathered into an ``[E, F]`` message tensor."""
 
 
-def aggregate_neighbors(x: Tensor, block: Block, *, mean: bool = False) -> Tensor:
+def aggregate_neighbors(
+    x: Tensor, block: Block, *, mean: bool = False, cap: int | None = None
+) -> Tensor:
     """Sum (or mean) over each target's in-neighbors in ``block``: ``[num_dst, F]``, zero rows for
     targets without neighbors, as PyG's ``sum`` and ``mean`` aggregations compute them.
 
@@ -64,15 +66,22 @@ def aggregate_neighbors(x: Tensor, block: Block, *, mean: bool = False) -> Tenso
         x (Tensor): ``[num_src, F]`` source rows.
         block (Block): the bipartite block; ``edge_index[0]`` sources, ``edge_index[1]`` targets.
         mean (bool, optional): divide by each target's in-degree. (default: ``False``)
+        cap (int, optional): for a sum, scale each target's sum by ``min(count, cap) / count``
+            (``count`` its neighbors in the block): the sum over all of a node's neighbors
+            brought to the magnitude of a sum over ``cap`` sampled ones (see
+            :attr:`GNN.train_fanouts`). (default: ``None``: plain sums)
     """
     src, dst = block.edge_index[0], block.edge_index[1]
     num_dst, width = int(block.size[1]), x.size(1)
+    scaled = cap is not None and not mean
     if src.numel() * width < SPARSE_MIN_ELEMENTS:
         out = x.new_zeros((num_dst, width)).index_add_(0, dst, x.index_select(0, src))
-        if not mean:
+        if not mean and not scaled:
             return out
         # index_add_, not bincount: no device->host sync on CUDA
         degree = out.new_zeros(num_dst).index_add_(0, dst, out.new_ones(dst.numel()))
+        if scaled:
+            return out.mul_((degree.clamp(max=cap) / degree.clamp(min=1)).unsqueeze(1))
         return out.div_(degree.clamp_(min=1).unsqueeze(1))
     order = torch.argsort(dst, stable=True)
     counts = torch.bincount(dst, minlength=num_dst)
@@ -80,6 +89,9 @@ def aggregate_neighbors(x: Tensor, block: Block, *, mean: bool = False) -> Tenso
     crow[1:] = counts.cumsum(0)
     if mean:
         values = counts.clamp(min=1).to(x.dtype).reciprocal()[dst[order]]
+    elif scaled:
+        per_dst = counts.clamp(max=cap).to(x.dtype) / counts.clamp(min=1).to(x.dtype)
+        values = per_dst[dst[order]]
     else:
         values = x.new_ones(src.numel())
     adjacency = torch.sparse_csr_tensor(
@@ -152,6 +164,19 @@ class GNN(torch.nn.Module):
     """Run eval-mode forwards on blocks through :meth:`fused_layer` (default; the environment
     variable ``GNNAAS_FUSED_FORWARD=0``, read at import, or ``False`` on an instance runs PyG's
     convolutions instead, e.g. to compare)."""
+    precision: str = "fp32"
+    """``fp32``, or ``int8`` for a model whose linear layers were quantized
+    (:func:`gnnaas.models.quantize.quantize_int8`)."""
+    train_fanouts: tuple[int, ...] | None = None
+    """The fanouts (PyG order) the weights were trained with, when known (set when a
+    gnnaas-trained variant is loaded). A sum aggregation (GIN) learned the scale of sums over at
+    most that many sampled neighbors (its batch norm's statistics too); run over more neighbors,
+    as an exact pass over full neighborhoods does, each target's sum is scaled down to that
+    magnitude, ``sum · min(count, cap) / count``: the expected sum of the sampled neighbors it
+    was trained on. Sampled with the training fanouts or fewer, no sum is scaled."""
+    sum_caps: tuple[int | None, ...] | None = None
+    """Per layer, the cap of :func:`aggregate_neighbors` on sampled blocks (set by
+    :meth:`configure_fanouts`: only for layers sampled with more neighbors than trained)."""
 
     def __init__(
         self,
@@ -183,6 +208,29 @@ class GNN(torch.nn.Module):
         self.convs = torch.nn.ModuleList(
             self.init_conv(dims[i], dims[i + 1]) for i in range(num_layers)
         )
+
+    def exact_cap(self, layer: int) -> int | None:
+        """The training fanout a sum over layer ``layer``'s full neighborhoods is scaled to
+        (:attr:`train_fanouts`), or ``None`` (a mean, or no recorded training fanouts)."""
+        if self.train_fanouts is None or self.aggregation(layer) != "sum":
+            return None
+        cap = int(self.train_fanouts[self.num_layers - 1 - layer])  # PyG order: seeds' hop first
+        return cap if cap > 0 else None
+
+    def configure_fanouts(self, fanouts: Sequence[int] | None) -> None:
+        """Sets :attr:`sum_caps` for sampling with ``fanouts`` (PyG order; ``-1`` keeps all):
+        a layer whose sampled neighbors may exceed its training fanout gets that cap.
+
+        Args:
+            fanouts (Sequence[int], optional): the sampler's fanouts; ``None`` clears the caps.
+        """
+        caps: list[int | None] = []
+        for layer in range(self.num_layers):
+            cap = self.exact_cap(layer)
+            served = None if fanouts is None else int(fanouts[self.num_layers - 1 - layer])
+            binding = cap is not None and served is not None and not 0 < served <= cap
+            caps.append(cap if binding else None)
+        self.sum_caps = tuple(caps) if any(c is not None for c in caps) else None
 
     def init_conv(self, in_channels: int, out_channels: int) -> MessagePassing:
         """Builds the convolution of one layer (the hook subclasses implement).
@@ -256,7 +304,8 @@ class GNN(torch.nn.Module):
                 f"{type(self).__name__}.forward expects {self.num_layers} blocks "
                 f"(got {len(adjs)}); sample with one fanout per layer"
             )
-        fused = self.fused_eval and not self.training
+        # Scaled sums (sum_caps) exist in the fused layers only: PyG's convolutions sum plainly.
+        fused = (self.fused_eval or self.sum_caps is not None) and not self.training
         for i, (conv, block) in enumerate(zip(self.convs, adjs, strict=True)):
             h = x
             out = self.fused_layer(i, x, block) if fused else None
@@ -288,7 +337,8 @@ class GNN(torch.nn.Module):
         aggr = self.aggregation(layer)
         if aggr is None:
             return None
-        agg = aggregate_neighbors(x, block, mean=aggr == "mean")  # [num_dst, F]
+        cap = None if self.sum_caps is None else self.sum_caps[layer]
+        agg = aggregate_neighbors(x, block, mean=aggr == "mean", cap=cap)  # [num_dst, F]
         return self.update(layer, agg, x[: int(block.size[1])])
 
     def aggregation(self, layer: int) -> str | None:

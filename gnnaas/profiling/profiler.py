@@ -1,4 +1,4 @@
-"""The profiler: accuracy and latency breakdown of every variant of a dataset (ARCHITECTURE.md §5).
+"""The profiler: accuracy and latency of every variant of a dataset (docs/architecture.md).
 
 Every batch runs through :class:`gnnaas.inference.InferencePath` with the serving sampler built as
 the server builds it (:func:`gnnaas.sampling.serving_sampler` with the variant's fanouts, seed
@@ -8,9 +8,10 @@ split's nodes on the full graph:
 
 1. ``warmup`` untimed runs on the first batch;
 2. one pass over every batch (accuracy, per-node score parts, and a timing of each full batch);
-3. more timed runs cycling over the full batches until ``runs`` timings exist and at least
-   ``min_time_s`` has passed (a fast variant's runs then span enough time that a short burst of
-   other work on a shared machine does not move its p50).
+3. on the validation split, more timed runs cycling over the full batches until ``runs``
+   timings exist and at least ``min_time_s`` has passed (a fast variant's runs then span enough
+   time that a short burst of other work on a shared machine does not move its p50); on the
+   test split, whose accuracy is what counts, a few runs only.
 
 Each run is timed per stage (:class:`gnnaas.inference.StageTimes`): ``sample`` (k-hop sampling),
 ``gather`` (the variant's pruned columns ``store.feature_subset(kept)[n_id]`` and the host→device
@@ -38,12 +39,14 @@ variant's service curve, measured by timing the server's own batch handler
 :data:`~gnnaas.profiling.table.SERVICE_TIME_BATCH_SIZES` target nodes drawn from all nodes
 (``min(size, num_nodes)`` nodes per batch; sizes above ``max_batch_nodes`` are left out). Its
 ``e2e_ms`` is the wall time of that call (p50); the server times the same call in its worker
-thread and publishes the two side by side (``drift`` in ``/v1/datasets/{d}/variants``).
+thread and publishes the two side by side (``drift`` in ``/v1/datasets/{d}/variants``). Every
+curve point records the execution settings it was measured under
+(:func:`gnnaas.inference.settings.execution_settings`: threads, fused forward, compiled sampler,
+inline threshold, device, versions); a server under other settings re-times the curve.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as _dt
 import logging
 import math
@@ -61,8 +64,6 @@ from torch import Tensor
 from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.inference import (
     INLINE_MAX_NODES,
-    ExecRequest,
-    ExecResult,
     Executor,
     InferencePath,
     StageTimes,
@@ -70,10 +71,11 @@ from gnnaas.inference import (
     score_parts,
 )
 from gnnaas.inference.lookup import LookupPath, PrecomputedAnswers
+from gnnaas.inference.settings import execution_settings
+from gnnaas.profiling.curves import CurveTimer, service_sizes
 from gnnaas.profiling.perfmodel import Calibration, calibrate, estimate
 from gnnaas.profiling.table import (
     PROFILES_FILE,
-    SERVICE_TIME_BATCH_SIZES,
     SERVICE_TIMES_FILE,
     read_profiles,
     read_service_times,
@@ -91,9 +93,7 @@ __all__ = ["ProfileResult", "profile_dataset"]
 
 _log = logging.getLogger(__name__)
 
-_MAX_SERVICE_RUNS = 200
-_SERVICE_ROUNDS = 5
-_SERVICE_GAP_S = 0.002
+_UNTIMED_SPLIT_RUNS = 5  # timed runs of a split profiled for its accuracy (test)
 
 
 @dataclass
@@ -188,23 +188,12 @@ class _Profiler:
             int((store.rowptr[1:] - store.rowptr[:-1]).max()) if store.num_nodes else 1
         )
         self._samplers: dict[tuple[int, ...], Any] = {}
-        perm_gen = torch.Generator().manual_seed(0)
-        self._service_nodes = torch.randperm(store.num_nodes, generator=perm_gen)
-        # Service curves are timed where the server's batcher runs its handler: in a worker thread,
-        # or for batches of at most inline_max_nodes on this (main) thread as on the server's
-        # event loop. On glibc a worker thread allocates from its own arena, which costs
-        # measurably more per small batch than the main thread.
-        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gnnaas-curve")
-
-    def _timed(self, executor: Executor, seeds: Tensor) -> tuple[float, ExecResult]:
-        """One batch timed on the thread the server runs a batch of that size on."""
-        if seeds.numel() <= self.inline_max_nodes:
-            return _timed_batch(executor, seeds)
-        return self._worker.submit(_timed_batch, executor, seeds).result()
+        self.settings = execution_settings(device, inline_max_nodes=inline_max_nodes)
+        self.timer = CurveTimer(max(store.num_nodes, 1), inline_max_nodes=inline_max_nodes)
 
     def close(self) -> None:
-        """Stops the worker thread."""
-        self._worker.shutdown(wait=True)
+        """Stops the curve timer's worker thread."""
+        self.timer.close()
 
     def sampler(self, fanouts: Sequence[int]) -> Any:
         """The serving sampler for ``fanouts``, built as the server builds it, once."""
@@ -228,9 +217,21 @@ class _Profiler:
         return num_all.cpu().numpy().astype(np.float64), den_all.cpu().numpy().astype(np.float64)
 
     def profile_split(
-        self, path: InferencePath, manifest: Manifest, nodes: Tensor, split: str
+        self,
+        path: InferencePath,
+        manifest: Manifest,
+        nodes: Tensor,
+        split: str,
+        *,
+        timed: bool = True,
     ) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
-        """The profile row fields of one split that depend on running it, and its score parts."""
+        """The profile row fields of one split that depend on running it, and its score parts.
+
+        With ``timed`` the split's full batches are timed until ``runs`` timings exist and
+        ``min_time_s`` has passed; without, only the accuracy pass's own timings count (the
+        test split: its accuracy is what matters, the router reads the validation row and the
+        service curve).
+        """
         if nodes.numel() == 0:
             raise ArtifactError(f"{self.store.name} has no {split} nodes to profile")
         batches = list(torch.split(nodes, self.batch_size))
@@ -241,7 +242,7 @@ class _Profiler:
         for _ in range(self.warmup):
             path.run(batches[0])
 
-        timed: list[StageTimes] = []
+        times: list[StageTimes] = []
         fracs: list[float] = []
         scores: list[float] = []
         nums: list[Tensor] = []
@@ -253,12 +254,13 @@ class _Profiler:
             dens.append(den)
             scores.append(metric(num, den))
             if batch.numel() == batches[0].numel():
-                timed.append(out.times)
+                times.append(out.times)
                 fracs.append(out.num_sampled / (batch.numel() * bound))
         i = 0
-        deadline = time.monotonic() + self.min_time_s
-        while len(timed) < self.runs or time.monotonic() < deadline:
-            timed.append(path.run(full[i % len(full)]).times)
+        deadline = time.monotonic() + (self.min_time_s if timed else 0.0)
+        runs = self.runs if timed else min(self.runs, _UNTIMED_SPLIT_RUNS)
+        while len(times) < runs or time.monotonic() < deadline:
+            times.append(path.run(full[i % len(full)]).times)
             i += 1
 
         num_all, den_all = torch.cat(nums), torch.cat(dens)  # [n] each
@@ -270,12 +272,12 @@ class _Profiler:
             accuracy_std = 100.0 * math.sqrt(max(p * (1.0 - p), 0.0) / max(nodes.numel(), 1))
 
         stage = {
-            "sample": summarize([t.sample_ms for t in timed]).p50,
-            "comp": summarize([t.compute_ms for t in timed]).p50,
+            "sample": summarize([t.sample_ms for t in times]).p50,
+            "comp": summarize([t.compute_ms for t in times]).p50,
         }
-        comm = summarize([t.comm_ms for t in timed])
-        latency = summarize([t.latency_ms for t in timed])
-        e2e = summarize([t.total_ms for t in timed])
+        comm = summarize([t.comm_ms for t in times])
+        latency = summarize([t.latency_ms for t in times])
+        e2e = summarize([t.total_ms for t in times])
         comm_ms, comp_ms = comm.p50, stage["comp"]
 
         sub = path.sampler.sample(batches[0])
@@ -314,74 +316,17 @@ class _Profiler:
         parts = (num_all.cpu().numpy().astype(np.float64), den_all.cpu().numpy().astype(np.float64))
         return fields, parts
 
-    def service_sizes(self) -> list[int]:
-        """The batch sizes of ``service_times.csv`` (those the server can run)."""
-        cap = self.max_batch_nodes
-        sizes = [s for s in SERVICE_TIME_BATCH_SIZES if cap is None or s <= cap]
-        if cap is not None and cap not in sizes and cap < SERVICE_TIME_BATCH_SIZES[-1]:
-            sizes.append(cap)  # the server's largest batch is a point of the curve
-        return sizes
-
     def service_times(self, executors: dict[str, Executor]) -> list[dict[str, Any]]:
-        """The service curves: p50 times per variant and batch size, as the server runs a batch.
-
-        Seeds are drawn from a fixed permutation of all nodes. ``e2e_ms`` is the wall time of the
-        server's batch handler called with one request of the batch's nodes (dedupe, sample,
-        gather, copy, forward, copy back, classes as lists): the call the server's batcher times
-        in its worker thread. Variants are timed in interleaved rounds (every variant and size a
-        short slot per round), so a transient slowdown of the machine spreads over all curves
-        instead of shifting one variant's; each (variant, size) gets at least ``service_runs``
-        runs and small batches keep running for ``min_time_s / 4`` in all (at most 200 runs).
-        """
-        num_nodes = self._service_nodes.numel()
-        sizes = self.service_sizes()
-        runs: dict[tuple[str, int], list[tuple[float, StageTimes]]] = {
-            (v, size): [] for v in executors for size in sizes
-        }
-        for executor in executors.values():
-            for size in sizes:  # warm-up
-                t = min(size, num_nodes)
-                self._timed(executor, self._service_nodes[:t])
-        per_round = max(1, math.ceil(self.service_runs / _SERVICE_ROUNDS))
-        slot_s = self.min_time_s / 4 / _SERVICE_ROUNDS
-        offset = 1
-        for _ in range(_SERVICE_ROUNDS):
-            for size in sizes:
-                t = min(size, num_nodes)
-                for variant_id, executor in executors.items():
-                    timed = runs[(variant_id, size)]
-                    deadline = time.monotonic() + slot_s
-                    done = 0
-                    while done < per_round or (
-                        time.monotonic() < deadline and len(timed) < _MAX_SERVICE_RUNS
-                    ):
-                        w = self._service_nodes.roll(-((offset * t) % num_nodes))[:t]
-                        offset += 1
-                        # A served batch follows other work (HTTP, the client), not a twin of
-                        # itself: an idle gap before each timed batch measures it as served
-                        # (back to back, small batches ran ~0.4 ms faster than the server saw).
-                        time.sleep(_SERVICE_GAP_S)
-                        ms, result = self._timed(executor, w)
-                        timed.append((ms, result.times))
-                        done += 1
-        rows = []
-        for variant_id in executors:
-            for size in sizes:
-                wall = [ms for ms, _ in runs[(variant_id, size)]]
-                stages = [st for _, st in runs[(variant_id, size)]]
-                rows.append(
-                    {
-                        "variant": variant_id,
-                        "batch_size": size,
-                        "sample_ms": summarize([x.sample_ms for x in stages]).p50,
-                        "gather_ms": summarize([x.comm_ms for x in stages]).p50,
-                        "compute_ms": summarize([x.compute_ms for x in stages]).p50,
-                        "e2e_ms": summarize(wall).p50,
-                        "sampling": self.sampling,
-                        "sampler_seed": self.sampler_seed,
-                    }
-                )
-        return rows
+        """The service curves (:meth:`gnnaas.profiling.curves.CurveTimer.curves`), each point
+        stamped with the serving sampler and the execution settings it was measured under."""
+        rows = self.timer.curves(
+            executors,
+            service_sizes(self.max_batch_nodes),
+            service_runs=self.service_runs,
+            min_time_s=self.min_time_s,
+        )
+        stamp = {"sampling": self.sampling, "sampler_seed": self.sampler_seed, **self.settings}
+        return [{**row, **stamp} for row in rows]
 
 
 def _kept_profiles(
@@ -437,11 +382,14 @@ def _answers(
     )
 
 
-def _timed_batch(executor: Executor, seeds: Tensor) -> tuple[float, ExecResult]:
-    """One batch through the server's handler, timed where it runs (ms, result)."""
-    start = time.perf_counter()
-    (result,) = executor([ExecRequest(seeds)])
-    return (time.perf_counter() - start) * 1e3, result
+def _size_kb(model: torch.nn.Module, stored_kb: float) -> float:
+    """The served weights' size: the stored files', or for an int8 model its parameters and
+    buffers as it holds them (1-byte weights in its quantized linear layers)."""
+    if getattr(model, "precision", "fp32") != "int8":
+        return stored_kb
+    from gnnaas.models.quantize import model_bytes
+
+    return model_bytes(model) / 1024
 
 
 def _unlisted_variants(
@@ -710,7 +658,11 @@ def _profile_dataset(
                 "ranking": manifest.ranking,
                 "prune": manifest.prune,
                 "features_kept": manifest.in_channels,
-                "size_kb": size_kb,
+                "size_kb": _size_kb(loaded.model, size_kb),
+                "fanouts": ".".join(str(f) for f in manifest.fanouts),
+                "hidden_channels": manifest.hidden_channels,
+                "precision": manifest.precision,
+                "base": "" if manifest.base is None else manifest.base["variant"],
             }
             if variant_id in kept_rows:  # --only another variant: score it, keep its timings
                 for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
@@ -720,7 +672,7 @@ def _profile_dataset(
                 continue
             for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
                 fields, parts[(variant_id, split)] = prof.profile_split(
-                    inference, manifest, nodes, split
+                    inference, manifest, nodes, split, timed=split == "val"
                 )
                 row = {**head, **fields}
                 rows.append(row)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from gnnaas.errors import ArtifactError
+from gnnaas.inference.settings import SETTING_COLUMNS
 from gnnaas.profiling.uncertainty import INTERVAL_COLUMNS
 from gnnaas.typing import PathType
 from gnnaas.utils import atomic_write_text
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from gnnaas.variants.repository import Manifest
 
 __all__ = [
+    "AXIS_COLUMNS",
     "PROFILES_FILE",
     "PROFILE_COLUMNS",
     "PROFILE_INTERVAL_COLUMNS",
@@ -52,6 +54,9 @@ SERVICE_TIMES_FILE = "service_times.csv"
 SPLITS = ("val", "test")
 SERVICE_TIME_BATCH_SIZES = (1, 4, 16, 64, 256, 1024)
 """Batch sizes (target nodes) of each variant's service curve in ``service_times.csv``."""
+
+AXIS_COLUMNS: tuple[str, ...] = ("fanouts", "hidden_channels", "precision", "base")
+"""The variant's axes in ``profiles.csv`` (the last columns)."""
 
 PROFILE_COLUMNS: tuple[str, ...] = (
     "dataset",
@@ -84,8 +89,15 @@ PROFILE_COLUMNS: tuple[str, ...] = (
     "threads",
     "torch_version",
     "date",
+    "fanouts",
+    "hidden_channels",
+    "precision",
+    "base",
 )
-"""Columns of ``profiles.csv``, in file order."""
+"""Columns of ``profiles.csv``, in file order. The variant's axes (:data:`AXIS_COLUMNS`:
+``fanouts`` dotted per layer, e.g. ``25.10``, ``hidden_channels``, ``precision`` and ``base``,
+the variant it derives from, empty for a trained one) are optional: older files read them as
+empty."""
 
 PROFILE_INTERVAL_COLUMNS: tuple[str, ...] = INTERVAL_COLUMNS
 """Accuracy intervals and paired differences to the split's most accurate variant
@@ -101,12 +113,19 @@ SERVICE_TIME_COLUMNS: tuple[str, ...] = (
     "e2e_ms",
     "sampling",
     "sampler_seed",
+    *SETTING_COLUMNS,
 )
 """Columns of ``service_times.csv``, in file order. ``sampling`` and ``sampler_seed`` name the
 serving sampler the curve was measured with (the server's ``GNNAAS_SAMPLING``/``GNNAAS_SEED``):
-a curve measured on another pipeline does not count as current."""
+a curve measured on another pipeline does not count as current. The execution settings
+(:data:`gnnaas.inference.settings.SETTING_COLUMNS`: threads, fused forward, compiled sampler,
+inline threshold, device, versions) are optional (older files read them as empty); a server
+whose settings differ re-times the curve or does not route the variant."""
 
 _PROFILE_TEXT = {
+    "fanouts",
+    "precision",
+    "base",
     "dataset",
     "variant",
     "arch",
@@ -121,7 +140,7 @@ _PROFILE_BOOL = {"tie_best"}
 _BOOL_TEXT = {"true": 1.0, "false": 0.0, "1": 1.0, "0": 0.0, "1.0": 1.0, "0.0": 0.0}
 _PROFILE_INT = {"prune", "features_kept", "batch_size", "num_batches", "threads"}
 _SERVICE_INT = {"batch_size", "sampler_seed"}
-_SERVICE_TEXT = {"variant", "sampling"}
+_SERVICE_TEXT = {"variant", "sampling", "device", "torch_version", "gnnaas_version"}
 
 _DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -216,7 +235,9 @@ def write_profiles(rows: Iterable[Mapping[str, Any]], path: PathType) -> Path:
     Returns:
         Path: the file written.
     """
-    frame = _frame(rows, PROFILE_COLUMNS, "write_profiles", PROFILE_INTERVAL_COLUMNS)
+    frame = _frame(
+        rows, PROFILE_COLUMNS, "write_profiles", (*PROFILE_INTERVAL_COLUMNS, *AXIS_COLUMNS)
+    )
     return _write(frame, _resolve(path, PROFILES_FILE))
 
 
@@ -231,7 +252,7 @@ def write_service_times(rows: Iterable[Mapping[str, Any]], path: PathType) -> Pa
     Returns:
         Path: the file written.
     """
-    frame = _frame(rows, SERVICE_TIME_COLUMNS, "write_service_times")
+    frame = _frame(rows, SERVICE_TIME_COLUMNS, "write_service_times", SETTING_COLUMNS)
     return _write(frame, _resolve(path, SERVICE_TIMES_FILE))
 
 
@@ -254,7 +275,7 @@ def read_profiles(path_or_dir: PathType) -> pd.DataFrame:
         PROFILE_COLUMNS,
         _PROFILE_TEXT,
         _PROFILE_INT,
-        PROFILE_INTERVAL_COLUMNS,
+        (*PROFILE_INTERVAL_COLUMNS, *AXIS_COLUMNS),
         _PROFILE_BOOL,
     )
 
@@ -271,7 +292,14 @@ def read_service_times(path_or_dir: PathType) -> pd.DataFrame:
     Raises:
         ArtifactError: the file is missing, unreadable or lacks columns.
     """
-    return _read(path_or_dir, SERVICE_TIMES_FILE, SERVICE_TIME_COLUMNS, _SERVICE_TEXT, _SERVICE_INT)
+    return _read(
+        path_or_dir,
+        SERVICE_TIMES_FILE,
+        SERVICE_TIME_COLUMNS,
+        _SERVICE_TEXT,
+        _SERVICE_INT,
+        SETTING_COLUMNS,
+    )
 
 
 def _parse_date(text: str) -> _dt.datetime | None:

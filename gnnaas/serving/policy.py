@@ -65,6 +65,7 @@ __all__ = [
     "admitting_tolerances",
     "candidates_within",
     "choice_without_load",
+    "dominated",
     "fastest_everywhere",
     "select_admitted",
     "select_variant",
@@ -397,6 +398,69 @@ def admitting_tolerances(candidates: Sequence[Candidate]) -> dict[str, float]:
         if len(found) == len(candidates):
             break
     return found
+
+
+def _at_most_everywhere(a: ServiceCurve, b: ServiceCurve) -> tuple[bool, bool]:
+    """``(a <= b at every batch size, a < b somewhere)`` for the piecewise-linear curves: both
+    are linear between their points and beyond the last one, so the points of both and one size
+    past the last decide."""
+    sizes = sorted({*a.batch_sizes, *b.batch_sizes})
+    sizes.append(2 * sizes[-1])
+    pairs = [(a.predict(n), b.predict(n)) for n in sizes]
+    return all(x <= y for x, y in pairs), any(x < y for x, y in pairs)
+
+
+def dominated(
+    candidates: Sequence[Candidate], *, lookups: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The candidates no request should consider, each with one candidate that dominates it.
+
+    ``a`` dominates ``b`` when ``a`` is admissible whenever ``b`` is (its smallest admitting
+    tolerance, :func:`admitting_tolerances`, is not larger), is at least as accurate, and its
+    service curve is at most ``b``'s at every batch size (and below somewhere, or, on equal
+    curves, ``a`` comes first in ``candidates``). Candidates of a dataset share the device's
+    speed factor and the work ahead, so under any load ``b``'s predicted completion is never
+    smaller than ``a``'s: :func:`select_variant` would pick ``b`` only on a tie that the more
+    accurate or earlier ``a`` also wins, or when ``a``'s queue is full. The most accurate
+    candidate the paired differences are taken against is never dominated, and ``lookups`` (the
+    precomputed variants, which cannot answer nodes a write made stale) dominate nothing.
+
+    Args:
+        candidates (Sequence[Candidate]): a dataset's routable variants.
+        lookups (frozenset[str], optional): ids of precomputed variants. (default: none)
+
+    Returns:
+        dict[str, str]: dominated id → an id that dominates it.
+
+    Example:
+        >>> curve = ServiceCurve((1, 64), (1.0, 4.0))
+        >>> fast = Candidate("sage-lasso-2x-int8", accuracy=80.0, service=curve)
+        >>> slow = Candidate("sage-lasso-2x", accuracy=80.0, service=curve.scaled(1.5))
+        >>> dominated([slow, fast])
+        {'sage-lasso-2x': 'sage-lasso-2x-int8'}
+    """
+    if len(candidates) < 2:
+        return {}
+    tolerances = admitting_tolerances(candidates)
+    # The paired rule needs its reference among the candidates; the point rule only the best
+    # accuracy, which a dominating candidate keeps.
+    protected = {c.paired.best_variant for c in candidates if c.paired is not None}
+    out: dict[str, str] = {}
+    for j, b in enumerate(candidates):
+        if b.variant_id in protected:
+            continue
+        for i, a in enumerate(candidates):
+            if i == j or a.variant_id in lookups or a.variant_id in out:
+                continue
+            if tolerances[a.variant_id] > tolerances[b.variant_id] + _ACC_EPS:
+                continue
+            if a.accuracy < b.accuracy - _ACC_EPS:
+                continue
+            below, strictly = _at_most_everywhere(a.service, b.service)
+            if below and (strictly or i < j):
+                out[b.variant_id] = a.variant_id
+                break
+    return out
 
 
 def select_variant(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gnnaas.errors import ArtifactError
+from gnnaas.inference.settings import settings_mismatch
 from gnnaas.serving.policy import PairedDiff, ServiceCurve
 
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ class VariantProfile:
         paired (PairedDiff, optional): paired difference to the split's most accurate variant
             (``diff_best``, ``diff_best_lo``, ``diff_best_hi``, ``tie_best``, ``best_variant``);
             the policy admits by it when every candidate has one. (default: ``None``)
+        settings_mismatch (tuple[str, ...], optional): how the execution settings its service
+            curve was measured under differ from the server's (empty: the same). A server
+            re-times such a curve before routing on it, or does not route the variant.
+            (default: ``()``)
+        retimed (bool, optional): the curve was re-timed by this server. (default: ``False``)
     """
 
     accuracy: float
@@ -60,6 +66,8 @@ class VariantProfile:
     accuracy_lo: float | None = None
     accuracy_hi: float | None = None
     paired: PairedDiff | None = None
+    settings_mismatch: tuple[str, ...] = ()
+    retimed: bool = False
 
 
 def _clean(value: Any) -> Any:
@@ -155,13 +163,17 @@ def profile_of(
     *,
     sampling: str | None = None,
     sampler_seed: int | None = None,
+    settings: Mapping[str, Any] | None = None,
+    dataset: str = "<dataset>",
 ) -> tuple[VariantProfile | None, str | None]:
     """The variant's profile, or ``None`` and why it is not routed to.
 
     With ``sampling``/``sampler_seed`` (the server's serving sampler), a service curve measured
-    with another sampler is refused: its times and answers are those of another pipeline.
+    with another sampler is refused: its times and answers are those of another pipeline. With
+    ``settings`` (the server's :func:`~gnnaas.inference.settings.execution_settings`), a curve
+    measured under other settings gets them in :attr:`VariantProfile.settings_mismatch`.
     """
-    hint = f"run `gnnaas profile --dataset <dataset> --only {variant_id}` (or profile them all)"
+    hint = f"run `gnnaas profile --dataset {dataset} --only {variant_id}` (or profile them all)"
     for point in curves.get(variant_id, []):
         measured_with = (point.get("sampling"), point.get("sampler_seed"))
         if sampling is not None and measured_with != (sampling, sampler_seed):
@@ -198,6 +210,12 @@ def profile_of(
     if "tie_best" in summary:
         summary["tie_best"] = None if paired is None else paired.tie_best
     summary["service_times"] = sorted(curves[variant_id], key=lambda p: p["batch_size"])
+    mismatch: list[str] = []
+    if settings is not None:
+        for point in curves[variant_id]:
+            mismatch = settings_mismatch(point, settings)
+            if mismatch:
+                break
     return (
         VariantProfile(
             accuracy=float(accuracy),
@@ -207,6 +225,7 @@ def profile_of(
             accuracy_lo=_number(row, "accuracy_lo"),
             accuracy_hi=_number(row, "accuracy_hi"),
             paired=paired,
+            settings_mismatch=tuple(mismatch),
         ),
         None,
     )

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
-from gnnaas.serving.policy import Candidate
+from gnnaas.serving.policy import Candidate, dominated
 from gnnaas.serving.profiles import VariantProfile, profile_of, read_profile_tables
 
 if TYPE_CHECKING:
@@ -84,6 +84,9 @@ class ServingVariant:
         not_routed (str, optional): why the variant is not routed to. (default: ``None``)
         answers (PrecomputedAnswers, optional): a precomputed variant's tables and staleness
             (``<base>@exact``); ``None`` for a trained variant. (default: ``None``)
+        hidden_channels (int, optional): the model's hidden width. (default: ``None``)
+        precision (str, optional): ``fp32`` or ``int8``. (default: ``"fp32"``)
+        base (str, optional): the variant it derives from. (default: ``None``)
     """
 
     dataset: str
@@ -97,6 +100,9 @@ class ServingVariant:
     profile: VariantProfile | None = None
     not_routed: str | None = None
     answers: PrecomputedAnswers | None = None
+    hidden_channels: int | None = None
+    precision: str = "fp32"
+    base: str | None = None
 
     def __post_init__(self) -> None:
         if self.profile is None and self.not_routed is None:
@@ -139,14 +145,26 @@ class ServedDataset:
     sampler_factory: SamplerFactory
     candidates: tuple[Candidate, ...] = ()
     live: LiveState | None = None
+    dominated_by: dict[str, str] = field(default_factory=dict)
+    routable_candidates: tuple[Candidate, ...] = ()
     _samplers: dict[tuple[int, ...], Sampler] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.candidates = tuple(
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recomputes :attr:`candidates` from the variants' profiles: the routable variants
+        that no other dominates (:func:`~gnnaas.serving.policy.dominated`; the others are in
+        :attr:`dominated_by`, profiled and shown but never considered per request)."""
+        routable = [
             Candidate(v.variant_id, v.profile.accuracy, v.profile.service, v.profile.paired)
             for v in self.variants.values()
             if v.routable and v.profile is not None
-        )
+        ]
+        lookups = frozenset(v.variant_id for v in self.variants.values() if v.answers is not None)
+        self.routable_candidates = tuple(routable)
+        self.dominated_by = dominated(routable, lookups=lookups)
+        self.candidates = tuple(c for c in routable if c.variant_id not in self.dominated_by)
 
     @property
     def num_nodes(self) -> int:
@@ -186,7 +204,8 @@ class ServedDataset:
             "num_classes": int(self.store.num_classes),
             "multi_label": bool(self.store.multi_label),
             "variants": len(self.variants),
-            "routable": len(self.candidates),
+            "routable": len(self.candidates) + len(self.dominated_by),
+            "frontier": len(self.candidates),
             "graph_version": self.graph_version,
             "live": self.live is not None,
         }
@@ -332,6 +351,7 @@ class VariantRegistry:
             ArtifactError: ``strict`` and a variant, profile table or graph cannot be read.
         """
         from gnnaas.data import load_dataset
+        from gnnaas.inference.settings import execution_settings
         from gnnaas.utils import resolve_device
         from gnnaas.variants.repository import VariantRepository
 
@@ -355,6 +375,11 @@ class VariantRegistry:
         notes: list[str] = []
         served: list[ServedDataset] = []
         factory = consistent_sampler_factory(settings.seed, settings.sampling)
+        # The settings this server will time batches under (its threads once the router starts).
+        current = {
+            **execution_settings(device, inline_max_nodes=settings.inline_max_nodes),
+            "threads": settings.torch_threads,
+        }
         for name in names:
             manifests = repo.list(name)
             unreadable = _unlisted_variants(repo, variants_dir / name, manifests)
@@ -419,7 +444,20 @@ class VariantRegistry:
                     settings.profile_split,
                     sampling=settings.sampling,
                     sampler_seed=settings.seed,
+                    settings=current,
+                    dataset=name,
                 )
+                if profile is not None and profile.settings_mismatch and not settings.retime_curves:
+                    profile, reason = (
+                        None,
+                        (
+                            "its service curve was measured under other settings ("
+                            + ", ".join(profile.settings_mismatch)
+                            + f"); run `gnnaas profile --dataset {name}` with the server's "
+                            "settings, or let the server re-time it "
+                            "(GNNAAS_RETIME_CURVES=1, the default)"
+                        ),
+                    )
                 profiled = str(profile.summary.get("date", "")) if profile is not None else ""
                 if _iso_utc(profiled) and _iso_utc(m.created) and profiled < m.created:
                     # The profile is another model's (a regenerated or replaced variant): its
@@ -447,6 +485,9 @@ class VariantRegistry:
                         profile=profile,
                         not_routed=reason,
                         answers=answers,
+                        hidden_channels=m.hidden_channels,
+                        precision=m.precision,
+                        base=None if m.base is None else m.base["variant"],
                     )
                 )
                 if reason is not None:

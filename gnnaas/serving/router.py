@@ -435,10 +435,34 @@ class Router:
                     except Exception as exc:
                         exc.add_note(f"while warming up variant {ds_name}/{v_id}")
                         raise
+            await self._retime(registry, lanes)
         except Exception:
             await self._discard(lanes)
             raise
         return lanes
+
+    async def _retime(self, registry: VariantRegistry, lanes: dict[tuple[str, str], Lane]) -> None:
+        """Re-times the curves measured under other execution settings (:mod:`.retime`).
+
+        At start-up nothing is served yet, so the curves are timed on this (the event loop's)
+        thread, as the server runs small batches; during a reload in a worker thread, beside the
+        previous set's traffic (the figures are then a little noisier).
+        """
+        from gnnaas.inference.settings import execution_settings
+        from gnnaas.serving.retime import needs_retime, retime_curves
+
+        todo = [ds for ds in registry.datasets.values() if needs_retime(ds)]
+        if not todo:
+            return
+        current = execution_settings(
+            registry.device, inline_max_nodes=self.settings.inline_max_nodes
+        )
+        for ds in todo:
+            handlers = {v: lane.handler for (d, v), lane in lanes.items() if d == ds.name}
+            if self.started:
+                await asyncio.to_thread(retime_curves, ds, handlers, self.settings, current)
+            else:
+                retime_curves(ds, handlers, self.settings, current)
 
     def _go_live(self, lanes: dict[tuple[str, str], Lane]) -> None:
         for (dataset, variant), lane in lanes.items():

@@ -104,6 +104,10 @@ class DatasetInfo(BaseModel):
     multi_label: bool
     variants: int = Field(description="Loaded variants.")
     routable: int = Field(description="Variants the router may choose (profiled).")
+    frontier: int = Field(
+        default=0,
+        description="Routable variants that no other dominates: those a request considers.",
+    )
     graph_version: int = Field(
         default=0, description="Version of the live graph (0 for a graph that takes no writes)."
     )
@@ -126,8 +130,31 @@ class VariantDetail(BaseModel):
     features_kept: int
     accuracy: float | None = Field(description="Profiled validation accuracy in percent.")
     test_accuracy: float | None = Field(description="Profiled test accuracy in percent.")
+    fanouts: list[int] = Field(
+        default_factory=list,
+        description="Neighbors sampled per hop, PyG order (the seeds' hop first; -1 all).",
+    )
+    hidden_channels: int | None = Field(default=None, description="Hidden width of the model.")
+    precision: str = Field(
+        default="fp32", description="`fp32`, or `int8` (linear layers quantized)."
+    )
+    base: str | None = Field(
+        default=None,
+        description="The variant it derives from (same weights with other fanouts or "
+        "precision, or the teacher of a distilled width); null for a trained variant.",
+    )
     routable: bool
     not_routed: str | None = Field(description="Why the router never chooses it, if so.")
+    dominated_by: str | None = Field(
+        default=None,
+        description="A routable variant at least as accurate (by the tolerance rule) and at "
+        "least as fast at every batch size: this one is profiled but not considered.",
+    )
+    retimed: bool = Field(
+        default=False,
+        description="Its service curve was re-timed at start-up because the profile was "
+        "measured under other execution settings (threads, kernels, device, versions).",
+    )
     embedding_dim: int | None = Field(
         default=None,
         description='Width of its embeddings (`"return": "embedding"`): the model\'s '

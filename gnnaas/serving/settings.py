@@ -55,10 +55,17 @@ class Settings(BaseSettings):
         tie_margin (float): predicted completion times within this fraction of the fastest
             candidate's count as ties, won by the most accurate; keeps profiling noise between
             variants of nearly equal speed from scattering requests. (default: ``0.1``)
-        torch_threads (int, optional): intra-op threads of torch for the server process; on a
-            busy or small machine ``1`` avoids oversubscription. ``None`` keeps torch's default.
-            (default: ``None``)
+        torch_threads (int): intra-op threads of torch for the server process, and the default
+            of ``gnnaas profile`` too, so that profiles are measured as they are served (a
+            server under other threads re-times the curves). One thread leaves the other cores
+            to the event loop, the client and other workers; batches of a few nodes gain
+            nothing from more. (default: ``1``)
         warmup (bool): run one forward per variant before reporting ready. (default: ``True``)
+        retime_curves (bool): a variant whose service curve was measured under other execution
+            settings (threads, fused forward, compiled sampler, inline threshold, device,
+            versions) is re-timed at start-up and on reload, a few seconds for a dataset's
+            variants; ``False`` leaves such variants out of routing, saying why.
+            (default: ``True``)
         fast_lane (bool): answer well-formed predict requests without FastAPI's per-request
             machinery (:mod:`gnnaas.serving.fastlane`; errors still go through FastAPI).
             (default: ``True``)
@@ -102,8 +109,9 @@ class Settings(BaseSettings):
     # supervisor of --workers stays small); a test keeps the two equal.
     inline_max_nodes: int = Field(default=16, ge=0, le=1024)
     tie_margin: float = Field(default=0.1, ge=0.0, le=10.0)
-    torch_threads: int | None = Field(default=None, ge=1)
+    torch_threads: int = Field(default=1, ge=1)
     warmup: bool = True
+    retime_curves: bool = True
     fast_lane: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None

@@ -54,15 +54,19 @@ class GenerateRow:
         features_kept (int): input features the variant keeps.
         val_acc (float): validation accuracy in [0, 1] (from training, or from the stored manifest).
         train_time_s (float): training time in seconds (stored value when skipped).
-        status (str): ``"trained"``, ``"skipped"`` (an existing variant matched the request) or
-            ``"user"`` (the user's master model, kept as it is).
+        status (str): ``"trained"``, ``"skipped"`` (an existing variant matched the request),
+            ``"user"`` (the user's master model, kept as it is), ``"distilled"`` (a narrower
+            model taught by ``base``) or ``"derived"`` (``base``'s weights with other fanouts
+            or precision).
+        base (str, optional): the variant a derived one comes from. (default: ``""``)
     """
 
     variant_id: str
     features_kept: int
     val_acc: float
     train_time_s: float
-    status: Literal["trained", "skipped", "user"]
+    status: Literal["trained", "skipped", "user", "distilled", "derived"]
+    base: str = ""
 
 
 def generate_variants(
@@ -77,8 +81,14 @@ def generate_variants(
     force: bool = False,
     progress: bool = False,
     warm_start: bool = False,
+    axes: Iterable[str] = ("features",),
+    near: float | None = None,
+    width_divisors: Sequence[int] | None = None,
+    fanout_sets: Sequence[Sequence[int]] | None = None,
+    sampler_seed: int = 0,
 ) -> list[GenerateRow]:
-    """Generates the variants of ``store`` for every arch × ranking × prune factor.
+    """Generates the variants of ``store`` for every arch × ranking × prune factor, then the
+    variants of the other ``axes`` (:func:`gnnaas.variants.axes.derive_variants`).
 
     All names and factors are checked before any training. The 1× model (``<arch>-full-1x``) is
     always trained or reused, since every ranking but ``random`` derives from it; when it is
@@ -104,10 +114,16 @@ def generate_variants(
         warm_start (bool, optional): initialize each pruned variant from the 1× model's weights
             restricted to its kept features (:func:`gnnaas.variants.master.warm_start_state`)
             instead of at random. (default: ``False``)
+        axes (Iterable[str], optional): among :data:`gnnaas.variants.axes.AXES`; ``features``
+            (the trained variants) always. (default: ``("features",)``)
+        near (float, optional): see :func:`~gnnaas.variants.axes.derive_variants`.
+        width_divisors (Sequence[int], optional): likewise.
+        fanout_sets (Sequence[Sequence[int]], optional): likewise.
+        sampler_seed (int, optional): the serving sampler's seed. (default: ``0``)
 
     Returns:
         list[GenerateRow]: one row per variant, per arch: the 1× model, then each ranking's
-        variants in the order of ``prunes``.
+        variants in the order of ``prunes``; then the derived variants.
 
     Raises:
         ConfigError: an unknown arch or ranking, a prune factor below 1 or above the number of
@@ -173,7 +189,76 @@ def generate_variants(
                 bar=bar,
                 warm_start=warm_start,
             )
+    rows += _derive(
+        store,
+        repo,
+        config,
+        arch_names,
+        axes=tuple(axes),
+        near=near,
+        width_divisors=width_divisors,
+        fanout_sets=fanout_sets,
+        sampler_seed=sampler_seed,
+        device=device,
+        force=force,
+        progress=progress,
+    )
     return rows
+
+
+def _derive(
+    store: GraphStore,
+    repo: VariantRepository,
+    config: TrainConfig,
+    archs: Sequence[str],
+    *,
+    axes: Sequence[str],
+    near: float | None,
+    width_divisors: Sequence[int] | None,
+    fanout_sets: Sequence[Sequence[int]] | None,
+    sampler_seed: int,
+    device: Device,
+    force: bool,
+    progress: bool,
+) -> list[GenerateRow]:
+    """The derived variants' rows (:func:`gnnaas.variants.axes.derive_variants`), with a bar."""
+    from tqdm import tqdm
+
+    from gnnaas.variants.axes import DEFAULT_NEAR, DEFAULT_WIDTH_DIVISORS, derive_variants
+
+    if set(axes) <= {"features"}:
+        return []
+    with tqdm(desc=f"{store.name} derived", unit="variant", disable=not progress) as bar:
+
+        def started(variant_id: str) -> None:
+            bar.set_postfix_str(variant_id)
+            bar.update(1)
+
+        derived = derive_variants(
+            store,
+            repo,
+            config,
+            archs=archs,
+            axes=axes,
+            near=DEFAULT_NEAR if near is None else near,
+            width_divisors=DEFAULT_WIDTH_DIVISORS if width_divisors is None else width_divisors,
+            fanout_sets=fanout_sets,
+            sampler_seed=sampler_seed,
+            device=device,
+            force=force,
+            on_variant=started,
+        )
+    return [
+        GenerateRow(
+            variant_id=r.variant_id,
+            features_kept=r.features_kept,
+            val_acc=r.val_acc,
+            train_time_s=r.seconds,
+            status="skipped" if r.status == "skipped" else r.status,  # type: ignore[arg-type]
+            base=r.base,
+        )
+        for r in derived
+    ]
 
 
 def _generate_pruned(

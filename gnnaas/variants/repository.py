@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ __all__ = [
     "EXACT_SUFFIX",
     "FULL_RANKING",
     "MANIFEST_FORMAT",
+    "PRECISIONS",
     "USER_RANKING",
     "LoadedVariant",
     "Manifest",
@@ -51,7 +52,7 @@ _log = logging.getLogger(__name__)
 MANIFEST_FORMAT = 1
 """Version of the manifest layout written by this code."""
 # Keys added after format 1 was written: a manifest without them has their default.
-_OPTIONAL_KEYS = ("family", "origin", "precomputed")
+_OPTIONAL_KEYS = ("family", "origin", "precomputed", "axes", "base", "train_fanouts")
 _ORIGINS = ("trained", "user")
 
 FULL_RANKING = "full"
@@ -66,6 +67,9 @@ _ANSWERS = "answers.safetensors"
 EXACT_SUFFIX = "@exact"
 """Suffix of a precomputed variant's id: ``<base-id>@exact`` (``gnnaas precompute``)."""
 
+PRECISIONS = ("fp32", "int8")
+"""Numeric precisions of a variant's linear layers (``int8``: dynamic quantization at load)."""
+
 
 def _parse_arch(arch: object) -> str:
     from gnnaas.models import Arch
@@ -75,10 +79,14 @@ def _parse_arch(arch: object) -> str:
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """What a variant is: dataset, architecture, ranking and prune factor ``k``.
+    """What a variant is: dataset, architecture, ranking, prune factor ``k`` and the serving axes.
 
     ``k = 1`` is the full-feature model shared by every ranking, so its ranking is normalized to
-    ``"full"`` (``VariantSpec("Cora", "sage", "lasso", 1).ranking == "full"``).
+    ``"full"`` (``VariantSpec("Cora", "sage", "lasso", 1).ranking == "full"``). The axes beyond
+    the kept features are optional and each adds a suffix to the id: ``fanouts`` (the same
+    weights sampled with other fanouts, ``-f10.5``), ``hidden`` (a narrower model distilled from
+    the variant's trained weights, ``-h128``) and ``precision`` (``int8``: its linear layers
+    quantized, ``-int8``); unset, the variant is served as trained.
 
     Args:
         dataset (str): dataset name as the store names it (e.g. ``"Cora"``).
@@ -86,16 +94,26 @@ class VariantSpec:
         ranking (str): ``random``, ``greedy`` or ``lasso`` (or ``full`` when ``prune == 1``;
             ``user`` for a variant the user trained on features they chose).
         prune (int): prune factor ``k >= 1``; the variant keeps ``num_features // k`` features.
+        fanouts (tuple[int, ...], optional): serving fanouts, PyG order, when they differ from
+            the training fanouts. (default: ``None``)
+        hidden (int, optional): hidden width of a distilled narrower model. (default: ``None``)
+        precision (str, optional): one of :data:`PRECISIONS`. (default: ``"fp32"``)
 
     Example:
         >>> VariantSpec("Cora", "sage", "lasso", 4).variant_id
         'sage-lasso-4x'
+        >>> VariantSpec("Cora", "gin", "full", 1, fanouts=(10, 5), hidden=64, precision="int8")
+        ... .variant_id
+        'gin-full-1x-f10.5-h64-int8'
     """
 
     dataset: str
     arch: str
     ranking: str
     prune: int
+    fanouts: tuple[int, ...] | None = None
+    hidden: int | None = None
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if isinstance(self.prune, bool) or not isinstance(self.prune, int) or self.prune < 1:
@@ -114,11 +132,57 @@ class VariantSpec:
         else:
             ranking = Ranking.parse(ranking).value
         object.__setattr__(self, "ranking", ranking)
+        if self.fanouts is not None:
+            fanouts = tuple(int(f) for f in self.fanouts)
+            if not fanouts or any(f < 1 for f in fanouts):
+                raise ConfigError(f"variant fanouts must be integers >= 1 (got {self.fanouts!r})")
+            object.__setattr__(self, "fanouts", fanouts)
+        if self.hidden is not None and (
+            isinstance(self.hidden, bool) or not isinstance(self.hidden, int) or self.hidden < 1
+        ):
+            raise ConfigError(f"variant hidden width must be an integer >= 1 (got {self.hidden!r})")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"variant precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})"
+            )
+
+    @property
+    def base_id(self) -> str:
+        """``<arch>-<ranking>-<k>x``: the id without the serving axes."""
+        return f"{self.arch}-{self.ranking}-{self.prune}x"
 
     @property
     def variant_id(self) -> str:
-        """``<arch>-<ranking>-<k>x``; ``<arch>-full-1x`` for the 1× model."""
-        return f"{self.arch}-{self.ranking}-{self.prune}x"
+        """``<arch>-<ranking>-<k>x[-f<fanouts>][-h<hidden>][-int8]``; ``<arch>-full-1x`` for the
+        1× model."""
+        out = self.base_id
+        if self.fanouts is not None:
+            out += "-f" + ".".join(str(f) for f in self.fanouts)
+        if self.hidden is not None:
+            out += f"-h{self.hidden}"
+        if self.precision != "fp32":
+            out += f"-{self.precision}"
+        return out
+
+    @property
+    def derived(self) -> bool:
+        """Whether any serving axis is set (the variant derives from another one)."""
+        return self.fanouts is not None or self.hidden is not None or self.precision != "fp32"
+
+    def with_axes(
+        self,
+        *,
+        fanouts: Sequence[int] | None = None,
+        hidden: int | None = None,
+        precision: str | None = None,
+    ) -> VariantSpec:
+        """This spec with the given axes set (the others kept)."""
+        return replace(
+            self,
+            fanouts=self.fanouts if fanouts is None else tuple(fanouts),
+            hidden=self.hidden if hidden is None else hidden,
+            precision=self.precision if precision is None else precision,
+        )
 
 
 @dataclass
@@ -138,6 +202,14 @@ class Manifest:
     keys: ``base`` (the base variant's id), ``graph_version``, ``num_nodes``, ``num_edges`` (of
     the graph the answers were computed on), ``embedding_dim``, ``answers_sha256``,
     ``seconds`` (the exact pass).
+
+    A variant with serving axes (:class:`VariantSpec`) records them in ``axes`` (``fanouts``,
+    ``hidden``, ``precision``; ``None``/``"fp32"`` when unset) and the variant it derives from in
+    ``base``: ``{"variant": id, "weights_sha256": ...}`` of the variant whose weights it serves
+    (other fanouts, int8) or that taught it (a distilled width), so a retrained base makes it
+    stale. ``train_fanouts`` are the fanouts its weights were trained with (``None``: its
+    ``fanouts``); a GIN's sums over more neighbors than that are scaled down to them
+    (:attr:`gnnaas.models.GNN.train_fanouts`).
     """
 
     format: int
@@ -163,18 +235,43 @@ class Manifest:
     family: str = "gnnaas"
     origin: str = "trained"
     precomputed: dict[str, Any] | None = None
+    axes: dict[str, Any] = field(default_factory=lambda: dict(_NO_AXES))
+    base: dict[str, str] | None = None
+    train_fanouts: list[int] | None = None
 
     @property
     def spec(self) -> VariantSpec:
         """The :class:`VariantSpec` this manifest describes."""
-        return VariantSpec(self.dataset, self.arch, self.ranking, self.prune)
+        fanouts = self.axes.get("fanouts")
+        return VariantSpec(
+            self.dataset,
+            self.arch,
+            self.ranking,
+            self.prune,
+            fanouts=None if fanouts is None else tuple(fanouts),
+            hidden=self.axes.get("hidden"),
+            precision=str(self.axes.get("precision", "fp32")),
+        )
+
+    @property
+    def precision(self) -> str:
+        """``fp32`` or ``int8`` (:data:`PRECISIONS`)."""
+        return str(self.axes.get("precision", "fp32"))
+
+    @property
+    def trained_fanouts(self) -> list[int]:
+        """The fanouts the weights were trained with."""
+        return list(self.fanouts if self.train_fanouts is None else self.train_fanouts)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of the manifest (keys in the documented order; ``precomputed`` only
-        on a precomputed variant's)."""
+        """The JSON object of the manifest (keys in the documented order; ``precomputed``,
+        ``axes``, ``base`` and ``train_fanouts`` only where they say something)."""
         data = asdict(self)
-        if data["precomputed"] is None:
-            del data["precomputed"]
+        for key in ("precomputed", "base", "train_fanouts"):
+            if data[key] is None:
+                del data[key]
+        if data["axes"] == _NO_AXES:
+            del data["axes"]
         return data
 
     @classmethod
@@ -217,6 +314,13 @@ class Manifest:
                 family=str(data.get("family", "gnnaas")),
                 origin=str(data.get("origin", "trained")),
                 precomputed=_precomputed(data.get("precomputed")),
+                axes=_axes(data.get("axes")),
+                base=_base(data.get("base")),
+                train_fanouts=(
+                    None
+                    if data.get("train_fanouts") is None
+                    else [int(f) for f in data["train_fanouts"]]
+                ),
             )
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
@@ -231,6 +335,17 @@ class Manifest:
             raise ArtifactError(
                 f"{source} has family={manifest.family!r}, origin={manifest.origin!r}; "
                 f"expected one of {FAMILIES} and one of {_ORIGINS}"
+            )
+        axes = manifest.axes
+        if axes["fanouts"] is not None and list(axes["fanouts"]) != manifest.fanouts:
+            raise ArtifactError(
+                f"{source} serves fanouts {manifest.fanouts} but names the axis "
+                f"fanouts={axes['fanouts']}; regenerate the variant"
+            )
+        if axes["hidden"] is not None and axes["hidden"] != manifest.hidden_channels:
+            raise ArtifactError(
+                f"{source} has hidden_channels={manifest.hidden_channels} but names the axis "
+                f"hidden={axes['hidden']}; regenerate the variant"
             )
         if len(manifest.kept_features) != manifest.in_channels:
             raise ArtifactError(
@@ -257,14 +372,17 @@ class Manifest:
         the fanouts and the seed. Hyper-parameters the manifest does not record (learning rate,
         weight decay, epochs, batch size) are not compared.
         """
+        hidden = config.hidden_channels if spec.hidden is None else spec.hidden
+        fanouts = config.fanouts if spec.fanouts is None else spec.fanouts
         return (
             self.spec == spec
             and self.num_features == num_features
             and self.in_channels == num_features // spec.prune
-            and self.hidden_channels == config.hidden_channels
+            and self.hidden_channels == hidden
             and self.num_layers == config.num_layers
             and self.dropout == float(config.dropout)
-            and self.fanouts == [int(s) for s in config.fanouts]
+            and self.fanouts == [int(s) for s in fanouts]
+            and self.trained_fanouts == [int(s) for s in config.fanouts]
             and self.seed == config.seed
             and self.family == config.family
         )
@@ -382,7 +500,18 @@ class VariantRepository:
                 f"weights of variant {dataset}/{variant_id} do not fit the model its manifest "
                 f"describes ({exc}); regenerate with `gnnaas generate --dataset {dataset} --force`"
             ) from None
+        if manifest.origin == "trained":  # a user's master may not have been trained sampled
+            model.train_fanouts = tuple(manifest.trained_fanouts)
         model.to(device).eval()
+        if manifest.precision == "int8":
+            from gnnaas.models.quantize import quantize_int8
+
+            if torch.device(device).type != "cpu":
+                raise ArtifactError(
+                    f"variant {dataset}/{variant_id} is int8, which runs on the CPU only "
+                    f"(asked for {device}); serve it on a CPU, or leave it out"
+                )
+            model = quantize_int8(model)
         return LoadedVariant(manifest=manifest, model=model)
 
     def verify(self, dataset: str, variant_id: str) -> Manifest:
@@ -600,6 +729,35 @@ def _manifest_json(manifest: Manifest) -> str:
     data["kept_features"] = "@kept@"
     text = json.dumps(data, indent=2).replace('"@kept@"', kept, 1)
     return text + "\n"
+
+
+_NO_AXES: dict[str, Any] = {"fanouts": None, "hidden": None, "precision": "fp32"}
+
+
+def _axes(value: Any) -> dict[str, Any]:
+    """The ``axes`` object of a manifest (unset axes when absent), checked."""
+    if value is None:
+        return dict(_NO_AXES)
+    if not isinstance(value, dict) or set(value) - set(_NO_AXES):
+        raise ValueError(f"axes must be an object with keys among {list(_NO_AXES)}")
+    fanouts, hidden = value.get("fanouts"), value.get("hidden")
+    precision = str(value.get("precision", "fp32"))
+    if precision not in PRECISIONS:
+        raise ValueError(f"axes.precision must be one of {list(PRECISIONS)} (got {precision!r})")
+    return {
+        "fanouts": None if fanouts is None else [int(f) for f in fanouts],
+        "hidden": None if hidden is None else int(hidden),
+        "precision": precision,
+    }
+
+
+def _base(value: Any) -> dict[str, str] | None:
+    """The ``base`` object of a manifest (``None`` when absent), checked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or "variant" not in value or "weights_sha256" not in value:
+        raise ValueError("base must be an object with keys variant and weights_sha256")
+    return {"variant": str(value["variant"]), "weights_sha256": str(value["weights_sha256"])}
 
 
 _PRECOMPUTED_KEYS = ("base", "graph_version", "num_nodes", "num_edges", "embedding_dim")

@@ -27,7 +27,8 @@ DOC_PROFILE_COLUMNS = (
     "accuracy, accuracy_std, accuracy_lo, accuracy_hi, best_variant, diff_best, diff_best_lo, "
     "diff_best_hi, tie_best, sample_ms, comm_ms, comp_ms, latency_ms, latency_p95_ms, "
     "latency_p99_ms, latency_std_ms, e2e_ms, comm_comp, size_kb, mem_mb, unique_frac, "
-    "pred_comm_ms, pred_comp_ms, device, threads, torch_version, date"
+    "pred_comm_ms, pred_comp_ms, device, threads, torch_version, date, fanouts, "
+    "hidden_channels, precision, base"
 )
 
 
@@ -48,6 +49,13 @@ def test_schema_matches_docs() -> None:
         "e2e_ms",
         "sampling",
         "sampler_seed",
+        "threads",
+        "fused_forward",
+        "fast_sampler",
+        "inline_max_nodes",
+        "device",
+        "torch_version",
+        "gnnaas_version",
     )
 
 

@@ -80,7 +80,9 @@ def test_rows_for_every_variant_and_split(small_store: Any, profiled: Any) -> No
     assert sorted(zip(df["variant"], df["split"], strict=True)) == sorted(
         (v, s) for v in VARIANTS for s in ("val", "test")
     )
-    assert not df.isna().any().any()
+    assert not df.drop(columns="base").isna().any().any()
+    assert df["base"].isna().all()  # trained variants derive from none
+    assert set(df["fanouts"]) == {"5.3"} and set(df["precision"]) == {"fp32"}  # tiny_repo's
 
 
 def test_values_are_sane(small_store: Any, profiled: Any) -> None:

@@ -377,6 +377,7 @@ def test_datasets_and_variants(client: TestClient) -> None:
                 "multi_label": False,
                 "variants": 4,
                 "routable": 3,
+                "frontier": 3,
                 "graph_version": 0,
                 "live": False,
             }
@@ -384,6 +385,8 @@ def test_datasets_and_variants(client: TestClient) -> None:
     }
     variants = {v["id"]: v for v in client.get("/v1/datasets/toy/variants").json()["variants"]}
     assert set(variants) == set(TOY_VARIANTS)
+    assert {v["fanouts"] == [2, 2] and v["precision"] == "fp32" for v in variants.values()} == {True}
+    assert {v["dominated_by"] for v in variants.values()} == {None}  # each is faster or better
     assert variants["gin-random-8x"]["routable"] is False
     assert variants["gin-random-8x"]["not_routed"] == "no profile"
     assert variants["sage-lasso-2x"]["accuracy"] == 89.0

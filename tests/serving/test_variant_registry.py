@@ -69,7 +69,7 @@ def test_variant_without_profile_is_loaded_but_not_routed(
     assert [c.variant_id for c in ds.candidates] == ["sage-full-1x"]
     assert registry.not_routed() == {
         "tiny/sage-random-4x": "no 'val' row in profiles.csv; run `gnnaas profile --dataset "
-        "<dataset> --only sage-random-4x` (or profile them all)"
+        "tiny --only sage-random-4x` (or profile them all)"
     }
 
 

@@ -36,7 +36,7 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
     if core.registry.get(dataset.name) is not dataset:  # a reload swapped the set meanwhile
         dataset = dataset_of(core, dataset.name)
     snapshot = core.load_snapshot(dataset)  # the same object the policy decides on
-    admitted_at = admitting_tolerances(dataset.candidates)
+    admitted_at = admitting_tolerances(dataset.routable_candidates)
     details = []
     for v in dataset.variants.values():
         profile = v.profile
@@ -44,8 +44,14 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
             VariantDetail(
                 **v.describe(),
                 test_accuracy=None if profile is None else profile.test_accuracy,
+                fanouts=list(v.fanouts),
+                hidden_channels=v.hidden_channels,
+                precision=v.precision,
+                base=v.base,
                 routable=v.routable,
                 not_routed=v.not_routed,
+                dominated_by=dataset.dominated_by.get(v.variant_id),
+                retimed=profile is not None and profile.retimed,
                 embedding_dim=embedding_dim(v.model),
                 profile=None if profile is None else profile.summary,
                 queued_nodes=snapshot.load(v.variant_id).queued_nodes,
