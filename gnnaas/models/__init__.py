@@ -1,7 +1,19 @@
-"""SAGE and GIN from ``torch_geometric.nn`` convolutions; one forward for blocks and graphs."""
+"""SAGE and GIN from ``torch_geometric.nn`` convolutions; one forward for blocks and graphs; int8
+copies for CPU inference."""
 
 from gnnaas.models.base import FAMILIES, GNN, Arch, build_model
 from gnnaas.models.gin import GIN
+from gnnaas.models.quantize import PRECISIONS, int8_available, quantize_int8
 from gnnaas.models.sage import SAGE
 
-__all__ = ["Arch", "FAMILIES", "GIN", "GNN", "SAGE", "build_model"]
+__all__ = [
+    "Arch",
+    "FAMILIES",
+    "GIN",
+    "GNN",
+    "PRECISIONS",
+    "SAGE",
+    "build_model",
+    "int8_available",
+    "quantize_int8",
+]

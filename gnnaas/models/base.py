@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, ClassVar, Literal, cast, overload
+from typing import TYPE_CHECKING, ClassVar, Literal, Self, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -160,6 +160,10 @@ class GNN(torch.nn.Module):
     """
 
     arch: ClassVar[Arch]
+    precision: str = "fp32"
+    """The precision of the linear layers, one of :data:`gnnaas.models.PRECISIONS`: ``"int8"``
+    on the inference-only copies :func:`~gnnaas.models.quantize_int8` returns (their
+    :meth:`train` refuses training mode)."""
     fused_eval: bool = os.environ.get("GNNAAS_FUSED_FORWARD", "1") != "0"
     """Run eval-mode forwards on blocks through :meth:`fused_layer` (default; the environment
     variable ``GNNAAS_FUSED_FORWARD=0``, read at import, or ``False`` on an instance runs PyG's
@@ -252,6 +256,20 @@ class GNN(torch.nn.Module):
             for a one-layer model), live parameters (detach before editing).
         """
         raise NotImplementedError
+
+    def train(self, mode: bool = True) -> Self:
+        """Sets training (``mode=True``) or eval mode, as :meth:`torch.nn.Module.train`.
+
+        Raises:
+            ValueError: ``mode`` is true on a model whose :attr:`precision` is not ``fp32``
+                (quantized linear layers have no gradients to train).
+        """
+        if mode and self.precision != "fp32":
+            raise ValueError(
+                f"{type(self).__name__}.train: a model of precision {self.precision!r} is for "
+                "inference only (got mode=True); train the fp32 model, then quantize it again"
+            )
+        return super().train(mode)
 
     def reset_parameters(self) -> None:
         """Re-initializes every convolution."""
@@ -372,9 +390,11 @@ class GNN(torch.nn.Module):
         return F.dropout(x, p=self.dropout, training=True) if self.training else x
 
     def __repr__(self) -> str:
+        precision = "" if self.precision == "fp32" else f", precision={self.precision!r}"
         return (
             f"{type(self).__name__}({self.in_channels}, {self.hidden_channels}, "
-            f"{self.out_channels}, num_layers={self.num_layers}, dropout={self.dropout})"
+            f"{self.out_channels}, num_layers={self.num_layers}, dropout={self.dropout}"
+            f"{precision})"
         )
 
 

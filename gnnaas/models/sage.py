@@ -50,6 +50,9 @@ class SAGE(GNN):
     def update(self, layer: int, agg: Tensor, x_dst: Tensor) -> Tensor:
         """``lin_l(agg) + lin_r(x_dst)``: ``SAGEConv``'s output without its dispatch."""
         conv = cast(SAGEConv, self.convs[layer])
+        if self.precision != "fp32":
+            # quantized linears hold packed weights, not a float matrix to addmm: call them
+            return cast(Tensor, conv.lin_l(agg)).add_(conv.lin_r(x_dst))  # [num_dst, F_l]
         weight, bias = conv.lin_l.weight, conv.lin_l.bias
         out = agg @ weight.t() if bias is None else torch.addmm(bias, agg, weight.t())
         return out.addmm_(x_dst, conv.lin_r.weight.t())  # [num_dst, F_l]
