@@ -168,9 +168,6 @@ class GNN(torch.nn.Module):
     """Run eval-mode forwards on blocks through :meth:`fused_layer` (default; the environment
     variable ``GNNAAS_FUSED_FORWARD=0``, read at import, or ``False`` on an instance runs PyG's
     convolutions instead, e.g. to compare)."""
-    precision: str = "fp32"
-    """``fp32``, or ``int8`` for a model whose linear layers were quantized
-    (:func:`gnnaas.models.quantize.quantize_int8`)."""
     train_fanouts: tuple[int, ...] | None = None
     """The fanouts (PyG order) the weights were trained with, when known (set when a
     gnnaas-trained variant is loaded). A sum aggregation (GIN) learned the scale of sums over at

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gnnaas.errors import ArtifactError, ConfigError
+from gnnaas.models.quantize import PRECISIONS
 from gnnaas.typing import Device, PathType
 from gnnaas.variants.ranking import Ranking
 
@@ -38,7 +39,6 @@ __all__ = [
     "EXACT_SUFFIX",
     "FULL_RANKING",
     "MANIFEST_FORMAT",
-    "PRECISIONS",
     "USER_RANKING",
     "LoadedVariant",
     "Manifest",
@@ -67,8 +67,6 @@ _ANSWERS = "answers.safetensors"
 EXACT_SUFFIX = "@exact"
 """Suffix of a precomputed variant's id: ``<base-id>@exact`` (``gnnaas precompute``)."""
 
-PRECISIONS = ("fp32", "int8")
-"""Numeric precisions of a variant's linear layers (``int8``: dynamic quantization at load)."""
 
 
 def _parse_arch(arch: object) -> str:
