@@ -68,7 +68,6 @@ EXACT_SUFFIX = "@exact"
 """Suffix of a precomputed variant's id: ``<base-id>@exact`` (``gnnaas precompute``)."""
 
 
-
 def _parse_arch(arch: object) -> str:
     from gnnaas.models import Arch
 
