@@ -340,6 +340,7 @@ def test_generate_from_a_pyg_model_then_add_and_profile_one_variant(
     out = ["--dataset", "synth-small", "--device", "cpu"]
     variants = str(tmp_path / "variants")
     argv = ["-q", "generate", *out, "--out", variants, "--ranking", "greedy", "--prune", "1", "2"]
+    argv += ["--axes", "features"]
     assert main([*argv, "--epochs", "2", *_pyg_master(tmp_path, small_store)]) == 0
     table = capsys.readouterr().out
     assert "sage-full-1x" in table and "user" in table and "sage-greedy-2x" in table

@@ -465,8 +465,8 @@ class VariantRegistry:
                     profile, reason = (
                         None,
                         (
-                            f"its profile ({profiled}) predates the variant ({m.created}); run "
-                            f"`gnnaas profile --dataset {name}`"
+                            "its profile predates the variant (it was regenerated since it was "
+                            f"profiled); run `gnnaas profile --dataset {name}`"
                         ),
                     )
                 answers = None
@@ -493,7 +493,9 @@ class VariantRegistry:
                 if reason is not None:
                     _log.warning("variant %s/%s not routed: %s", name, m.variant_id, reason)
             if not any(v.routable for v in variants):
-                why = notes[first_note:] + [f"{v.variant_id}: {v.not_routed}" for v in variants]
+                why = notes[first_note:] + _collapsed(
+                    [(v.variant_id, str(v.not_routed)) for v in variants]
+                )
                 problem = (
                     f"no variant could be loaded with a profile ({'; '.join(why)}); "
                     f"run `gnnaas prepare --dataset {name}`"
@@ -585,6 +587,22 @@ def _unlisted_variants(
         except (ArtifactError, ConfigError) as exc:
             errors.append((child.name, ArtifactError(str(exc))))
     return errors
+
+
+def _collapsed(reasons: Sequence[tuple[str, str]]) -> list[str]:
+    """``variant: reason`` phrases, one per distinct reason: variants that share one are
+    counted and the first few named, so twenty variants with one problem make one sentence."""
+    by_reason: dict[str, list[str]] = {}
+    for variant_id, reason in reasons:
+        by_reason.setdefault(reason, []).append(variant_id)
+    out = []
+    for reason, ids in by_reason.items():
+        if len(ids) == 1:
+            out.append(f"{ids[0]}: {reason}")
+        else:
+            named = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+            out.append(f"{len(ids)} variants ({named}): {reason}")
+    return out
 
 
 def _iso_utc(text: str) -> bool:

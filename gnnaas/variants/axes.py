@@ -72,7 +72,8 @@ DEFAULT_WIDTH_DIVISORS = (2, 4)
 _MAX_ROOTS_PER_ARCH = 2
 _MAX_FANOUT_SETS = 2
 _BINDING_RATIO = 0.85  # a fanout set must sample at most this share of the rows of the previous
-_NICE_FANOUTS = (50, 40, 30, 25, 20, 15, 10, 8, 5, 3, 2)
+_NICE_FANOUTS = (100, 50, 25, 15, 10, 5, 3, 2)
+_FANOUT_STEP = 0.7  # each step takes the largest ladder value at most this share of the current
 _PROBE_SEEDS = 256
 _INT8_MIN_SPEEDUP = 1.1
 _INT8_PROBE_RUNS = 5
@@ -124,8 +125,8 @@ def parse_axes(values: Sequence[str]) -> tuple[str, ...]:
 
 def fanout_candidates(train_fanouts: Sequence[int], limit: int = 4) -> list[tuple[int, ...]]:
     """Smaller serving fanouts to try, from the training fanouts: each step lowers the largest
-    fanout (the outermost hop on ties) to the next value of a fixed ladder (25, 20, 15, 10, 8, 5,
-    ...), so the seeds' own neighbors are cut last.
+    fanout (the outermost hop on ties) to the largest value of a fixed ladder (50, 25, 15, 10, 5,
+    3, 2) at most 0.7 of it, so the seeds' own neighbors are cut last.
 
     Example:
         >>> fanout_candidates((25, 10))
@@ -137,7 +138,7 @@ def fanout_candidates(train_fanouts: Sequence[int], limit: int = 4) -> list[tupl
     out: list[tuple[int, ...]] = []
     while len(out) < limit:
         top = max(current)
-        lower = [n for n in _NICE_FANOUTS if n < top]
+        lower = [n for n in _NICE_FANOUTS if n <= _FANOUT_STEP * top]
         if not lower:
             break
         hop = max(i for i, f in enumerate(current) if f == top)  # ties: the outermost hop

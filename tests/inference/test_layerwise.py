@@ -119,3 +119,70 @@ def test_peak_bytes_grows_with_nodes_and_chunk() -> None:
     assert peak_bytes(model, 1000, 10_000, 1000) > small
     # the floor: output states of the widest consecutive pair plus the embeddings, float32
     assert small >= 4 * 1000 * (8 + 3 + 8)
+
+
+# -- a GIN trained on sampled sums: exact sums scaled to the training fanouts ------------------
+
+
+def test_scaled_sum_of_a_block_brings_each_target_to_its_cap() -> None:
+    from gnnaas.models.base import aggregate_neighbors
+    from gnnaas.sampling.subgraph import Block
+
+    x = torch.tensor([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]])
+    # target 0 has 4 neighbors (rows 2..5), target 1 one neighbor (row 2)
+    block = Block(torch.tensor([[2, 3, 4, 5, 2], [0, 0, 0, 0, 1]]), (6, 2))
+    plain = aggregate_neighbors(x, block)
+    assert plain.flatten().tolist() == [18.0, 3.0]
+    capped = aggregate_neighbors(x, block, cap=2)
+    assert capped.flatten().tolist() == [9.0, 3.0]  # 18 * 2/4, and 3 * 1/1 (under the cap)
+    assert aggregate_neighbors(x, block, cap=2, mean=True).flatten().tolist() == [4.5, 3.0]
+
+
+def test_the_sparse_sum_of_a_large_block_is_scaled_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gnnaas.models.base as base
+    from gnnaas.sampling.subgraph import Block
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 4, generator=g)
+    edge_index = torch.stack([torch.randint(0, 50, (300,), generator=g), torch.arange(300) % 20])
+    block = Block(edge_index, (50, 20))
+    small = base.aggregate_neighbors(x, block, cap=7)
+    monkeypatch.setattr(base, "SPARSE_MIN_ELEMENTS", 1)
+    torch.testing.assert_close(base.aggregate_neighbors(x, block, cap=7), small)
+
+
+def test_caps_apply_only_to_gin_layers_sampled_past_their_training_fanout() -> None:
+    gin, sage = _model("gin"), _model("sage")
+    for model in (gin, sage):
+        model.train_fanouts = (25, 10)
+    gin.configure_fanouts((25, 10))
+    assert gin.sum_caps is None
+    gin.configure_fanouts((10, 5))  # fewer neighbors than trained: plain sums
+    assert gin.sum_caps is None
+    gin.configure_fanouts((-1, -1))  # layer 0 aggregates the outer hop (10), layer 1 the seeds'
+    assert gin.sum_caps == (10, 25)
+    gin.configure_fanouts((25, 40))
+    assert gin.sum_caps == (10, None)
+    sage.configure_fanouts((-1, -1))
+    assert sage.sum_caps is None  # a mean needs no scaling
+    gin.train_fanouts = None  # e.g. a user's model: no known training fanouts
+    gin.configure_fanouts((-1, -1))
+    assert gin.sum_caps is None
+
+
+def test_exact_pass_equals_the_sampled_path_over_full_neighborhoods(store: GraphStore) -> None:
+    """What a precomputed GIN stores (layer-wise) and what it computes for a stale node (its
+    sampled path with every fanout -1) agree, both with sums scaled to the training fanouts."""
+    from gnnaas.inference import InferencePath
+    from gnnaas.sampling import DepthSampler
+
+    model = _model("gin")
+    model.train_fanouts = (2, 1)  # small caps, so that the hand-made graph's sums are scaled
+    exact = layerwise_inference(model, store.x, store.rowptr, store.col).logits
+    with torch.no_grad():
+        unscaled = model(store.x, store.edge_index)
+    sampler = DepthSampler(store.rowptr, store.col, (-1, -1))
+    path = InferencePath(model, store.x, sampler)
+    sampled = path.run(torch.arange(store.num_nodes)).logits
+    torch.testing.assert_close(sampled, exact, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(exact, unscaled, atol=1e-4)  # the caps did bind

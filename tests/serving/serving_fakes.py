@@ -171,12 +171,23 @@ def write_tiny_repository(
     variants: dict[str, tuple[int, float, tuple[float, float, float, float]]] = TINY_VARIANTS,
     *,
     profiled: tuple[str, ...] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """Saves untrained variants of ``store`` and their profiles under ``root``.
 
     Returns the variants folder and the profiles folder. ``profiled`` limits which variants get
-    profile rows (default: all).
+    profile rows (default: all). The curves are stamped with ``settings`` (default: those of a
+    server with the default settings on the CPU, so it routes on them as they are).
     """
+    from gnnaas.inference.settings import execution_settings
+    from gnnaas.serving.settings import Settings
+
+    if settings is None:
+        defaults = Settings()
+        settings = {
+            **execution_settings("cpu", inline_max_nodes=defaults.inline_max_nodes),
+            "threads": defaults.torch_threads,
+        }
     from pathlib import Path
 
     from gnnaas.models import build_model
@@ -231,7 +242,7 @@ def write_tiny_repository(
             service_rows.append(
                 {"variant": variant_id, "batch_size": batch_size, "sample_ms": ms / 4,
                  "gather_ms": ms / 4, "compute_ms": ms / 2, "e2e_ms": ms, "sampling": "depth",
-                 "sampler_seed": 0}
+                 "sampler_seed": 0, **settings}
             )  # fmt: skip
     write_profiles(profile_rows, profiles_dir / store.name)
     write_service_times(service_rows, profiles_dir / store.name)

@@ -560,3 +560,55 @@ def test_choice_without_load_reads_the_load_whenever_it_could_matter() -> None:
         )
         is None
     )  # idle: ties go to the more accurate, the load decides
+
+
+# -- the frontier: dominated candidates ---------------------------------------------------------
+
+
+def _paired_candidate(
+    name: str, accuracy: float, lo: float, hi: float, curve: ServiceCurve
+) -> Candidate:
+    diff = accuracy - 90.0
+    return Candidate(name, accuracy, curve, PairedDiff(diff, lo, hi, lo <= 0 <= hi, "best"))
+
+
+def test_dominated_needs_admissible_accurate_and_faster_everywhere() -> None:
+    slow = ServiceCurve((1, 64, 1024), (1.0, 8.0, 100.0))
+    fast = slow.scaled(0.5)
+    crossing = ServiceCurve((1, 64, 1024), (0.4, 8.5, 40.0))  # faster except at 64 nodes
+    cands = [
+        _paired_candidate("best", 90.0, 0.0, 0.0, slow),
+        _paired_candidate("twin", 89.8, -0.5, 0.1, fast),  # admissible at 0.5, fast
+        _paired_candidate("slow-twin", 89.8, -0.5, 0.1, slow),  # as twin, slower: dominated
+        _paired_candidate("wide", 89.9, -2.5, 1.0, fast.scaled(0.5)),  # faster, but admitted
+        _paired_candidate("cross", 89.0, -1.5, -0.5, crossing),  # only later (1.5)
+        _paired_candidate("worse", 88.0, -2.5, -1.5, slow.scaled(0.8)),  # twin beats it
+    ]
+    out = policy.dominated(cands)
+    assert out["slow-twin"] in {"best", "twin"}  # best: as fast, more accurate, listed first
+    assert "best" not in out  # the reference of the paired differences is kept
+    assert "wide" not in out  # faster than everything, but admitted at a larger tolerance
+    assert "cross" not in out  # no one is faster at every size
+    assert out["worse"] in {"twin", "wide"}  # twin: admitted earlier, more accurate, faster
+    tolerances = policy.admitting_tolerances(cands)
+    for loser, winner in out.items():
+        assert tolerances[winner] <= tolerances[loser]
+    # dropping them changes no choice, whatever the tolerance and request size
+    frontier = [c for c in cands if c.variant_id not in out]
+    for tolerance in (0.0, 0.5, 1.0, 1.5, 2.5, 5.0):
+        for n in (1, 64, 1024):
+            request = RequestSpec(n, tolerance=tolerance)
+            assert (
+                select_variant(request, cands, tie_margin=0.1).variant_id
+                == select_variant(request, frontier, tie_margin=0.1).variant_id
+            )
+
+
+def test_equal_candidates_keep_the_first_and_lookups_dominate_nothing() -> None:
+    curve = ServiceCurve((1, 64), (1.0, 4.0))
+    a = Candidate("a", 80.0, curve)
+    b = Candidate("b", 80.0, curve)
+    assert policy.dominated([a, b]) == {"b": "a"}
+    lookup = Candidate("a@exact", 80.0, curve.scaled(0.1))
+    assert policy.dominated([a, lookup], lookups=frozenset({"a@exact"})) == {}
+    assert policy.dominated([a]) == {}

@@ -111,6 +111,52 @@ def test_a_profile_older_than_its_variant_is_not_routed(
     with pytest.raises(ConfigError, match="nothing to serve") as refused:
         VariantRegistry.load(_settings(tmp_path))
     message = str(refused.value)
-    for variant in ("sage-full-1x", "sage-random-4x"):
-        assert f"{variant}: its profile (2001-01-01T00:00:00Z) predates the variant" in message
+    assert "2 variants (sage-full-1x, sage-random-4x): its profile predates the variant" in message
+    assert message.count("predates") == 1  # one sentence, not one per variant
     assert "run `gnnaas profile --dataset tiny`" in message
+
+
+def _stamped(**changes: Any) -> dict[str, Any]:
+    from gnnaas.inference.settings import execution_settings
+
+    inline = Settings().inline_max_nodes  # as the environment of the tests sets it
+    return {**execution_settings("cpu", inline_max_nodes=inline), "threads": 1, **changes}
+
+
+def test_a_curve_measured_under_other_settings_is_marked_for_retiming(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    stores["tiny"] = tiny_store()
+    write_tiny_repository(tmp_path, stores["tiny"], settings=_stamped(threads=2, fused_forward=0))
+    registry = VariantRegistry.load(_settings(tmp_path, device="cpu"))
+    profile = registry.datasets["tiny"].variants["sage-full-1x"].profile
+    assert profile is not None
+    assert profile.settings_mismatch == ("threads 2 (here 1)", "fused_forward 0 (here 1)")
+    assert registry.not_routed() == {}  # routed once the router has re-timed it
+
+
+def test_without_retiming_such_a_variant_is_not_routed_and_says_why(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    stores["tiny"] = tiny_store()
+    write_tiny_repository(tmp_path, stores["tiny"], settings=_stamped(threads=2))
+    reason = (
+        "its service curve was measured under other settings (threads 2 (here 1)); run `gnnaas "
+        "profile --dataset tiny` with the server's settings, or let the server re-time it "
+        "(GNNAAS_RETIME_CURVES=1, the default)"
+    )
+    with pytest.raises(ConfigError) as raised:
+        VariantRegistry.load(_settings(tmp_path, device="cpu", retime_curves=False))
+    # one sentence for the variants that share the reason
+    assert f"2 variants (sage-full-1x, sage-random-4x): {reason}" in str(raised.value)
+    assert str(raised.value).count("measured under other settings") == 1
+    write_tiny_repository(tmp_path / "same", stores["tiny"])
+    same = VariantRegistry.load(
+        Settings(
+            variants_dir=tmp_path / "same" / "variants",
+            profiles_dir=tmp_path / "same" / "profiles",
+            device="cpu",
+            retime_curves=False,
+        )
+    )
+    assert same.not_routed() == {}
