@@ -3,7 +3,13 @@ copies for CPU inference."""
 
 from gnnaas.models.base import FAMILIES, GNN, Arch, build_model
 from gnnaas.models.gin import GIN
-from gnnaas.models.quantize import PRECISIONS, int8_available, quantize_int8
+from gnnaas.models.quantize import (
+    PRECISIONS,
+    calibrate_int8,
+    int8_available,
+    model_bytes,
+    quantize_int8,
+)
 from gnnaas.models.sage import SAGE
 
 __all__ = [
@@ -14,6 +20,8 @@ __all__ = [
     "PRECISIONS",
     "SAGE",
     "build_model",
+    "calibrate_int8",
     "int8_available",
+    "model_bytes",
     "quantize_int8",
 ]
