@@ -387,7 +387,7 @@ def _size_kb(model: torch.nn.Module, stored_kb: float) -> float:
     buffers as it holds them (1-byte weights in its quantized linear layers)."""
     if getattr(model, "precision", "fp32") != "int8":
         return stored_kb
-    from gnnaas.models.quantize import model_bytes
+    from gnnaas.models import model_bytes
 
     return model_bytes(model) / 1024
 

@@ -11,9 +11,11 @@ little training:
   variant (:func:`gnnaas.variants.training.train_model` with ``teacher``). Both layers' compute
   shrinks with the width, and a student that learned the teacher's answers agrees with it on
   most nodes, so its paired accuracy interval is tight (what small tolerances admit).
-- **precision** (``-int8``): the linear layers dynamically quantized to int8 at load
-  (:func:`gnnaas.models.quantize.quantize_int8`, CPU); generated only where it is measured
-  faster than fp32 on this graph and machine (:func:`int8_speedup`).
+- **precision** (``-int8``): the linear layers quantized to int8 at load
+  (:func:`gnnaas.models.quantize.quantize_int8`, CPU) with input ranges calibrated on sampled
+  training batches and stored in the manifest (fixed ranges: a node's answer does not depend on
+  its batch-mates); generated only where it is measured faster than fp32 on this graph and
+  machine (:func:`int8_speedup`).
 
 :func:`derive_variants` applies the axes to the variants near the most accurate one (the dense
 frontier that small tolerances need) and stores each one with its ``axes``, its ``base`` and its
@@ -76,6 +78,8 @@ _NICE_FANOUTS = (100, 50, 25, 15, 10, 5, 3, 2)
 _FANOUT_STEP = 0.7  # each step takes the largest ladder value at most this share of the current
 _PROBE_SEEDS = 256
 _INT8_MIN_SPEEDUP = 1.1
+_CALIBRATION_SEEDS = 256
+_CALIBRATION_BATCHES = 8
 _INT8_PROBE_RUNS = 5
 
 
@@ -217,7 +221,7 @@ def int8_speedup(
     """
     import torch
 
-    from gnnaas.models.quantize import int8_available, quantize_int8
+    from gnnaas.models.quantize import calibrate_int8, int8_available, quantize_int8
     from gnnaas.sampling import serving_sampler
 
     if not int8_available():
@@ -227,12 +231,32 @@ def int8_speedup(
     sub = serving_sampler(store.rowptr, store.col, tuple(fanouts)).sample(seeds.sort().values)
     x = store.feature_subset(list(keep))[sub.n_id]  # [N_s, F_kept]
     blocks = list(sub.blocks)
-    quantized = quantize_int8(model.eval())
+    quantized = quantize_int8(model.eval(), calibrate_int8(model, [(x, blocks)]))
     with torch.inference_mode():
         fp32 = _median_ms(lambda: model(x, blocks), _INT8_PROBE_RUNS)
         int8 = _median_ms(lambda: quantized(x, blocks), _INT8_PROBE_RUNS)
         fp32 = min(fp32, _median_ms(lambda: model(x, blocks), _INT8_PROBE_RUNS))
     return fp32 / max(int8, 1e-9)
+
+
+def _calibration_batches(
+    store: GraphStore, keep: Sequence[int], fanouts: Sequence[int], seed: int
+) -> list[tuple[Tensor, list[Any]]]:
+    """Sampled batches of training nodes on the full graph, as the variant is served (its
+    fanouts: a GIN's sums grow with them), for int8 calibration."""
+    import torch
+
+    from gnnaas.sampling import serving_sampler
+
+    nodes = store.train_idx if store.train_idx.numel() else torch.arange(store.num_nodes)
+    order = torch.randperm(nodes.numel(), generator=torch.Generator().manual_seed(0))
+    sampler = serving_sampler(store.rowptr, store.col, tuple(fanouts), seed=seed)
+    features = store.feature_subset(list(keep))
+    batches = []
+    for part in torch.split(nodes[order], _CALIBRATION_SEEDS)[:_CALIBRATION_BATCHES]:
+        sub = sampler.sample(part.sort().values)
+        batches.append((features[sub.n_id], list(sub.blocks)))  # [N_s, F_kept], blocks
+    return batches
 
 
 def _evaluate(
@@ -499,11 +523,14 @@ def _same_weights(
     start = time.perf_counter()
     model = repo.load(store.name, base.variant_id).model
     fanouts = list(spec.fanouts) if spec.fanouts is not None else base.fanouts
-    served = model
+    served, ranges = model, None
     if spec.precision == "int8":
-        from gnnaas.models.quantize import quantize_int8
+        from gnnaas.models.quantize import calibrate_int8, quantize_int8
 
-        served = quantize_int8(model)
+        ranges = calibrate_int8(
+            model, _calibration_batches(store, base.kept_features, fanouts, sampler_seed)
+        )
+        served = quantize_int8(model, ranges)
     val, test = _evaluate(served, store, base.kept_features, fanouts, sampler_seed)
     metrics = {"val_acc": float(val), "test_acc": float(test)}
     manifest = _manifest_of(
@@ -515,6 +542,7 @@ def _same_weights(
         metrics=metrics,
         origin=base.origin,
     )
+    manifest = replace(manifest, int8_ranges=ranges)
     manifest = repo.save(manifest, model)  # the base's fp32 weights, byte for byte
     _log.info("variant: %s base: %s val_acc: %.4f", spec.variant_id, base.variant_id, val)
     return manifest, _row(manifest, base, time.perf_counter() - start, "derived")

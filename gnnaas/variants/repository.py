@@ -52,7 +52,15 @@ _log = logging.getLogger(__name__)
 MANIFEST_FORMAT = 1
 """Version of the manifest layout written by this code."""
 # Keys added after format 1 was written: a manifest without them has their default.
-_OPTIONAL_KEYS = ("family", "origin", "precomputed", "axes", "base", "train_fanouts")
+_OPTIONAL_KEYS = (
+    "family",
+    "origin",
+    "precomputed",
+    "axes",
+    "base",
+    "train_fanouts",
+    "int8_ranges",
+)
 _ORIGINS = ("trained", "user")
 
 FULL_RANKING = "full"
@@ -206,7 +214,9 @@ class Manifest:
     (other fanouts, int8) or that taught it (a distilled width), so a retrained base makes it
     stale. ``train_fanouts`` are the fanouts its weights were trained with (``None``: its
     ``fanouts``); a GIN's sums over more neighbors than that are scaled down to them
-    (:attr:`gnnaas.models.GNN.train_fanouts`).
+    (:attr:`gnnaas.models.GNN.train_fanouts`). An ``int8`` variant stores its fp32 weights and
+    ``int8_ranges``, each linear layer's calibrated input range
+    (:func:`gnnaas.models.calibrate_int8`), and is quantized with them when loaded.
     """
 
     format: int
@@ -235,6 +245,7 @@ class Manifest:
     axes: dict[str, Any] = field(default_factory=lambda: dict(_NO_AXES))
     base: dict[str, str] | None = None
     train_fanouts: list[int] | None = None
+    int8_ranges: dict[str, list[float]] | None = None
 
     @property
     def spec(self) -> VariantSpec:
@@ -264,7 +275,7 @@ class Manifest:
         """The JSON object of the manifest (keys in the documented order; ``precomputed``,
         ``axes``, ``base`` and ``train_fanouts`` only where they say something)."""
         data = asdict(self)
-        for key in ("precomputed", "base", "train_fanouts"):
+        for key in ("precomputed", "base", "train_fanouts", "int8_ranges"):
             if data[key] is None:
                 del data[key]
         if data["axes"] == _NO_AXES:
@@ -318,6 +329,7 @@ class Manifest:
                     if data.get("train_fanouts") is None
                     else [int(f) for f in data["train_fanouts"]]
                 ),
+                int8_ranges=_ranges(data.get("int8_ranges")),
             )
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
@@ -343,6 +355,12 @@ class Manifest:
             raise ArtifactError(
                 f"{source} has hidden_channels={manifest.hidden_channels} but names the axis "
                 f"hidden={axes['hidden']}; regenerate the variant"
+            )
+        if (manifest.precision == "int8") != (manifest.int8_ranges is not None):
+            raise ArtifactError(
+                f"{source} is {manifest.precision} but "
+                f"{'has no' if manifest.int8_ranges is None else 'has'} int8_ranges; "
+                "regenerate the variant"
             )
         if len(manifest.kept_features) != manifest.in_channels:
             raise ArtifactError(
@@ -508,7 +526,13 @@ class VariantRepository:
                     f"variant {dataset}/{variant_id} is int8, which runs on the CPU only "
                     f"(asked for {device}); serve it on a CPU, or leave it out"
                 )
-            model = quantize_int8(model)
+            try:
+                model = quantize_int8(model, manifest.int8_ranges or {})
+            except (TypeError, ValueError) as exc:
+                raise ArtifactError(
+                    f"variant {dataset}/{variant_id}: its int8_ranges do not fit its model "
+                    f"({exc}); regenerate with `gnnaas generate --dataset {dataset} --force`"
+                ) from None
         return LoadedVariant(manifest=manifest, model=model)
 
     def verify(self, dataset: str, variant_id: str) -> Manifest:
@@ -746,6 +770,20 @@ def _axes(value: Any) -> dict[str, Any]:
         "hidden": None if hidden is None else int(hidden),
         "precision": precision,
     }
+
+
+def _ranges(value: Any) -> dict[str, list[float]] | None:
+    """The ``int8_ranges`` object of a manifest (``None`` when absent), checked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("int8_ranges must be an object of layer name -> [min, max]")
+    out = {}
+    for name, pair in value.items():
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"int8_ranges[{name!r}] must be [min, max] (got {pair!r})")
+        out[str(name)] = [float(pair[0]), float(pair[1])]
+    return out
 
 
 def _base(value: Any) -> dict[str, str] | None:

@@ -191,3 +191,30 @@ def test_manifest_axes_must_agree_with_the_model(small_store: Any, derived: Any)
     path.write_text(json.dumps(data))
     with pytest.raises(ArtifactError, match=r"serves fanouts \[5, 3\] but names the axis"):
         repo.manifest(small_store.name, fanned.variant_id)
+
+
+def test_an_int8_twin_stores_its_ranges_and_answers_alike_in_any_batch(
+    small_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gnnaas.variants.axes as axes
+    from gnnaas.models import int8_available
+
+    if not int8_available():
+        pytest.skip("no int8 kernels in this torch build or on this CPU")
+    repo = VariantRepository(tmp_path)
+    generate_variants(small_store, repo, archs=["sage"], prunes=[1], config=CONFIG)
+    monkeypatch.setattr(axes, "int8_speedup", lambda *args, **kwargs: 2.0)  # as if it won here
+    rows = derive_variants(small_store, repo, CONFIG, archs=["sage"], axes=("precision",))
+    assert [(r.variant_id, r.status) for r in rows] == [("sage-full-1x-int8", "derived")]
+    loaded = repo.load(small_store.name, "sage-full-1x-int8")
+    assert loaded.model.precision == "int8" and loaded.manifest.int8_ranges
+    assert loaded.manifest.spec.precision == "int8"
+    sampler = serving_sampler(small_store.rowptr, small_store.col, (10, 5))
+    path = InferencePath(loaded.model, small_store.x, sampler)
+    batch = path.run(small_store.val_idx[:64]).logits
+    alone = torch.cat([path.run(small_store.val_idx[i : i + 1]).logits for i in range(8)])
+    torch.testing.assert_close(alone, batch[:8], rtol=1e-5, atol=1e-5 * float(batch.abs().max()))
+    monkeypatch.setattr(axes, "int8_speedup", lambda *args, **kwargs: 1.0)  # no gain: none made
+    other = VariantRepository(tmp_path / "other")
+    generate_variants(small_store, other, archs=["sage"], prunes=[1], config=CONFIG)
+    assert derive_variants(small_store, other, CONFIG, archs=["sage"], axes=("precision",)) == []
