@@ -5,11 +5,12 @@ the nodes read most often. How often a node's row is read is counted, not guesse
 seeds (the validation nodes, or recorded traffic) are served in batches of ``batch_size`` through
 the serving sampler of the variant's fanouts (:func:`gnnaas.sampling.serving_sampler`, the
 server's seed and mode) and every row of each batch's ``n_id`` is one read of that node's features
-(:func:`count_reads`, one ``bincount`` per batch). Nodes are cached most read first (ties: more
-neighbors-of first, then lower id); a budget of ``B`` bytes holds ``B // row_bytes`` of them, with
-``row_bytes = features_kept × 4`` for float32, so an 8× variant holds 8× the nodes of the 1×
-model. The *hit ratio* is the reads of the cached nodes over all reads, on those seeds:
-what the profiler measures on the validation split when the cache is the planned one.
+(:func:`count_reads`, one ``bincount`` per batch). Nodes are cached most read first (ties: the
+node more in-neighbor lists name first, then the lower id); a budget of ``B`` bytes holds
+``B // row_bytes`` of them, with ``row_bytes = features_kept × 4`` for float32, so an 8× variant
+holds 8× the nodes of the 1× model. The *hit ratio* is the reads of the cached nodes over all
+reads, on those seeds: what the profiler measures on the validation split when the cache is the
+planned one.
 
 ``by="degree"`` ranks by how many in-neighbor lists name a node instead (its out-degree; the
 in-degree on the undirected graphs gnnaas serves): no sampling, the fallback the server uses for
@@ -350,8 +351,8 @@ def plan_cache(
         seeds (Tensor, optional): ``[S]`` planning seeds (recorded traffic). (default: ``None``:
             ``store.val_idx``)
         seeds_name (str, optional): what the seeds are, for the table. (default: ``"val"``)
-        by (str, optional): ``access``: most read first; ``degree``: most neighbors-of first.
-            (default: ``"access"``)
+        by (str, optional): ``access``: most read first; ``degree``: named by the most
+            in-neighbor lists first. (default: ``"access"``)
         batch_size (int, optional): seeds per sampled batch. (default: ``1024``)
         sampler_seed (int, optional): the server's ``GNNAAS_SEED``. (default: ``0``)
         sampling (str, optional): the server's ``GNNAAS_SAMPLING``. (default: ``"depth"``)
@@ -501,7 +502,7 @@ def read_cache_ranking(
             stale = [k for k, v in expected.items() if meta.get(k) != v]
             if stale:
                 return None, f"{path} was planned for another graph or sampler ({', '.join(stale)})"
-            if f"order.{key}" not in f.keys():  # noqa: SIM118 (safe_open has no __contains__)
+            if f"order.{key}" not in f.keys():  # safe_open has no __contains__
                 return None, f"{path} has no plan for fanouts {_fanout_text(fanouts)}"
             order, reads = f.get_tensor(f"order.{key}"), f.get_tensor(f"reads.{key}")
     except (OSError, SafetensorError) as exc:
