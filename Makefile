@@ -8,7 +8,7 @@ DATA_ROOT ?= $(if $(GNNAAS_DATA),$(GNNAAS_DATA),../shared/data)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint serve bench bench-full clean
+.PHONY: install test lint serve bench bench-full gpu-check clean
 
 install: $(STAMP)
 
@@ -47,6 +47,14 @@ bench-full: $(STAMP)
 	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python benchmarks/bench_drift.py
 	$(BIN)/python benchmarks/bench_policy.py --check
 	$(BIN)/python benchmarks/bench_router.py
+
+# The CUDA tests and the CUDA latency grid in at most 5 minutes on one GPU, written to
+# benchmarks/results/gpu.md; on a machine without CUDA it says so and exits 0. `make install`
+# puts the CPU build of torch in .venv: on a GPU machine point GPU_PYTHON at a Python whose torch
+# has CUDA (and gnnaas's dependencies), e.g. `make gpu-check GPU_PYTHON=~/cuda-env/bin/python`.
+GPU_PYTHON ?=
+gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
+	GNNAAS_DATA=$(DATA_ROOT) $(or $(GPU_PYTHON),$(BIN)/python) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,5 +1,5 @@
-"""The ``gnnaas`` command: datasets, import, train, generate, profile, report, prepare, infer,
-precompute, compact, serve.
+"""The ``gnnaas`` command: datasets, import, train, generate, profile, report, cache-plan, prepare,
+infer, precompute, compact, serve.
 
 Every command prints one line ``ErrorName: message`` and exits 1 on a user error; ``--debug``
 shows the traceback instead. Heavy modules are imported inside the commands so ``gnnaas --help``
@@ -7,7 +7,8 @@ stays fast and a command's first progress line appears before torch is loaded.
 
 Options that have an environment fallback default to ``None`` here and are resolved when the command
 runs: ``--data-root`` ← ``GNNAAS_DATA``, ``--variants``/``--out`` of ``generate`` ←
-``GNNAAS_VARIANTS_DIR``, ``--profiles``/``--out`` of ``profile`` ← ``GNNAAS_PROFILES_DIR``,
+``GNNAAS_VARIANTS_DIR``, ``--profiles``/``--out`` of ``profile`` and ``--profiles`` of
+``cache-plan`` ← ``GNNAAS_PROFILES_DIR``,
 ``--device`` ← ``GNNAAS_DEVICE``; ``serve`` passes only the options given to its settings, so every
 other ``GNNAAS_*`` server setting applies.
 
@@ -22,6 +23,7 @@ import argparse
 import errno
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -107,12 +109,17 @@ def _serving_pipeline() -> dict[str, Any]:
     }
 
 
-def _profiling_pipeline(args: argparse.Namespace) -> dict[str, Any]:
+def _profiling_pipeline(args: argparse.Namespace, device: Any) -> dict[str, Any]:
     """:func:`_serving_pipeline` with ``--threads`` (when given) instead of the server's
-    ``GNNAAS_TORCH_THREADS``: profiles are timed with the threads they will be served with."""
+    ``GNNAAS_TORCH_THREADS`` (profiles are timed with the threads they will be served with),
+    plus the feature cache the server builds on ``device`` (``GNNAAS_FEATURE_CACHE_MB``, on
+    CUDA only)."""
+    from gnnaas.serving.settings import Settings
+
     pipeline = _serving_pipeline()
     if args.threads is not None:
         pipeline["threads"] = args.threads
+    pipeline["feature_cache_mb"] = Settings().feature_cache_mb if device.type == "cuda" else 0.0
     return pipeline
 
 
@@ -355,7 +362,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         device=device,
         progress=_progress(args),
         only=args.only,
-        **_profiling_pipeline(args),
+        **_profiling_pipeline(args, device),
     )
     for variant_id, reason in result.skipped:
         print(f"skipped {variant_id}: {reason}")
@@ -375,6 +382,127 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     path = write_report(Path(_profiles_dir(args.profiles)) / args.dataset)
     print(f"report -> {path}")
+    return 0
+
+
+def _budget_mb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"cache-plan: --budget-mb must be a number of MB > 0 (got {text!r})")
+    return value
+
+
+def _plan_seeds(path: str, num_nodes: int) -> Any:
+    """Recorded traffic seeds: a ``.npy`` array or a text file of node ids (whitespace or commas;
+    ``#`` starts a comment)."""
+    import numpy as np
+    import torch
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"cache-plan: --seeds {path!r} is not a file")
+    try:
+        if file.suffix == ".npy":
+            values = np.load(file, allow_pickle=False)
+        else:
+            lines = (line.split("#", 1)[0] for line in file.read_text().splitlines())
+            words = " ".join(lines).replace(",", " ").split()
+            values = np.array([int(w) for w in words], dtype=np.int64)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cache-plan: --seeds {path!r} is not a .npy array or a text file of node ids ({exc})"
+        ) from None
+    if values.ndim != 1 or values.size == 0 or not np.issubdtype(values.dtype, np.integer):
+        raise ConfigError(
+            f"cache-plan: --seeds {path!r} must hold a non-empty 1-D list of integer node ids "
+            f"(got shape {values.shape}, dtype {values.dtype})"
+        )
+    bad = values[(values < 0) | (values >= num_nodes)]
+    if bad.size:
+        raise ConfigError(
+            f"cache-plan: --seeds {path!r} has ids outside [0, {num_nodes}), e.g. {int(bad[0])}"
+        )
+    return torch.from_numpy(values.astype(np.int64))
+
+
+def _cmd_cache_plan(args: argparse.Namespace) -> int:
+    budget_mb = _budget_mb(args.budget_mb)
+    _start(args, f"loading dataset {args.dataset}")
+    from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
+    from gnnaas.variants.repository import VariantRepository
+
+    store = _load(args)
+    repo = VariantRepository(_variants_dir(args.variants))
+    manifests = repo.list(store.name)
+    element = store.x.element_size()
+    variants: list[PlannedVariant] = []
+    for m in manifests:
+        if m.precomputed is not None:
+            print(f"skipped {m.variant_id}: precomputed (its answers are looked up, no features)")
+        elif m.num_features != store.num_features:
+            print(
+                f"skipped {m.variant_id}: trained on {m.num_features} features, "
+                f"{store.name} has {store.num_features}"
+            )
+        else:
+            variants.append(PlannedVariant(m.variant_id, m.in_channels, tuple(m.fanouts), element))
+    if manifests and not variants:
+        raise ConfigError(f"cache-plan: no variant of {store.name} in {repo.root} reads features")
+    if not manifests:
+        prunes = " ".join(str(k) for k in _DEFAULT_PRUNE)
+        print(
+            f"variants: none of {store.name} in {repo.root}; planned for the default prune "
+            f"factors {prunes} at fanouts (25, 10)"
+        )
+        variants = [
+            PlannedVariant(f"{k}x", max(1, store.num_features // k), (25, 10), element)
+            for k in _DEFAULT_PRUNE
+        ]
+    if args.seeds is not None:
+        seeds, seeds_name = _plan_seeds(args.seeds, store.num_nodes), Path(args.seeds).name
+    else:
+        seeds, seeds_name = store.val_idx, "val"
+        if seeds.numel() == 0:
+            raise ConfigError(
+                f"cache-plan: {store.name} has no validation nodes; pass --seeds FILE "
+                "(recorded traffic)"
+            )
+    pipeline = _serving_pipeline()
+    budget_bytes = int(budget_mb * 2**20)
+    full_bytes = store.num_nodes * store.num_features * element
+    _say(args, f"counting the feature reads of {seeds.numel()} seeds ({seeds_name})")
+    plan = plan_cache(
+        store,
+        variants,
+        budget_bytes,
+        seeds=seeds,
+        seeds_name=seeds_name,
+        by=args.by,
+        batch_size=args.batch_size,
+        sampler_seed=pipeline["sampler_seed"],
+        sampling=pipeline["sampling"],
+        progress=_progress(args),
+    )
+    table, ranking = write_cache_plan(plan, Path(_profiles_dir(args.profiles)) / store.name)
+    print(
+        f"dataset: {store.name} ({store.num_nodes:,} nodes, {store.num_features} features, "
+        f"{full_bytes / 2**20:,.1f} MB of 1x features)"
+    )
+    print(
+        f"budget_mb: {budget_mb:g} per variant ({budget_bytes / full_bytes:.3f} of the 1x features)"
+    )
+    print(
+        f"seeds: {seeds_name} ({seeds.numel():,} nodes, batches of {args.batch_size}), "
+        f"ranked by {args.by}, sampler {pipeline['sampling']} seed {pipeline['sampler_seed']}"
+    )
+    _print_table(
+        [(r.variant, r.features_kept, r.cached_nodes, f"{r.hit_ratio:.4f}") for r in plan.rows],
+        ("variant", "features_kept", "cached_nodes", "hit_ratio"),
+    )
+    print(f"wrote {table} and {ranking.name}")
     return 0
 
 
@@ -404,7 +532,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         progress=_progress(args),
         **_axes_options(args),
     )
-    pipeline = _profiling_pipeline(args)
+    pipeline = _profiling_pipeline(args, device)
     current = has_profiles(
         profiles / store.name,
         repo.list(store.name),
@@ -1035,6 +1163,65 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="dataset name (see `gnnaas datasets`)")
     p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser(
+        "cache-plan",
+        help="plan each variant's device feature cache for a memory budget",
+        description="For each variant of a dataset (or, with none, the default prune factors 1 2 "
+        "4 8 at fanouts 25 10), rank the nodes by how often the serving sampler reads their "
+        "features when the validation nodes (or --seeds) are served, and report how many nodes "
+        "fit in --budget-mb of device memory and the share of feature reads they serve (the hit "
+        "ratio, 0 to 1). Pure CPU. Writes cache_plan.csv and cache_ranking.safetensors beside "
+        "the dataset's profiles, which the server and the profiler read when "
+        "GNNAAS_FEATURE_CACHE_MB is set on a GPU.",
+    )
+    p.add_argument("--dataset", required=True, help="dataset name (see `gnnaas datasets`)")
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the dataset's split, as for generate (default: 0)",
+    )
+    p.add_argument("--variants", default=None, help=_VARIANTS_HELP)
+    p.add_argument(
+        "--profiles",
+        default=None,
+        help="profiles folder written into (default: $GNNAAS_PROFILES_DIR or profiles)",
+    )
+    p.add_argument(
+        "--budget-mb",
+        required=True,
+        metavar="MB",
+        help="device memory for one variant's cached feature rows, in MiB (a number > 0)",
+    )
+    p.add_argument(
+        "--by",
+        choices=("access", "degree"),
+        default="access",
+        help="rank nodes by sampled feature reads (access) or by how many nodes list them as a "
+        "neighbor (degree, the cheap fallback); the hit ratio is measured on the seeds either "
+        "way (default: access)",
+    )
+    p.add_argument(
+        "--seeds",
+        default=None,
+        metavar="FILE",
+        help="recorded traffic: node ids as .npy or text (whitespace or commas), served in "
+        "batches in file order (default: the validation nodes)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=1024,
+        help="seeds per sampled batch, as the profiler's batches (default: 1024)",
+    )
+    _add_quiet(p)
+    p.set_defaults(func=_cmd_cache_plan)
 
     p = sub.add_parser(
         "prepare",

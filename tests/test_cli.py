@@ -22,6 +22,7 @@ COMMANDS = [
     "variants",
     "profile",
     "report",
+    "cache-plan",
     "prepare",
     "infer",
     "precompute",
@@ -367,3 +368,92 @@ def test_generate_from_a_pyg_model_then_add_and_profile_one_variant(
     assert f"is outside [0, {f})" in _one_error_line(capsys)
     assert main(["-q", "generate", *out, "--out", variants, "--from-model", "x.safetensors"]) == 1
     assert "--from-model and --model-config go together" in _one_error_line(capsys)
+
+
+def test_cache_plan_on_cora_holds_the_issues_figure(
+    data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A budget holding 10% of Cora's 1x features; no variants: the default prune factors.
+    budget_mb = 0.1 * 2708 * 1433 * 4 / 2**20
+    args = ["cache-plan", "--dataset", "Cora", "--data-root", str(data_root), "--budget-mb"]
+    folders = ["--variants", str(tmp_path / "none"), "--profiles", str(tmp_path / "p")]
+    assert main([*args, f"{budget_mb:.6f}", *folders, "-q"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("variants: none of Cora in ") and "factors 1 2 4 8" in out[0]
+    start = out.index("variant  features_kept  cached_nodes  hit_ratio")
+    rows = [line.split() for line in out[start + 2 : start + 6]]
+    assert [r[:3] for r in rows] == [
+        ["1x", "1433", "270"],
+        ["2x", "716", "541"],
+        ["4x", "358", "1083"],
+        ["8x", "179", "2167"],
+    ]
+    ratios = [float(r[3]) for r in rows]
+    assert all(0 < a < b <= 1 for a, b in zip(ratios, ratios[1:], strict=False))
+    assert ratios[3] >= 2 * ratios[0]  # the issue's check: 8x at least twice 1x
+    table = (tmp_path / "p" / "Cora" / "cache_plan.csv").read_text().splitlines()
+    assert table[0].startswith("dataset,variant,fanouts,features_kept,") and len(table) == 5
+    assert (tmp_path / "p" / "Cora" / "cache_ranking.safetensors").is_file()
+
+
+def test_cache_plan_reads_variants_and_recorded_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    import gnnaas.data
+
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import tiny_store, write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    store = tiny_store()
+    variants_dir, _ = write_tiny_repository(tmp_path, store)
+    monkeypatch.setattr(gnnaas.data, "load_dataset", lambda *a, **k: store, raising=False)
+    monkeypatch.setenv("GNNAAS_PROFILES_DIR", str(tmp_path / "env-profiles"))
+    np.save(tmp_path / "traffic.npy", np.array([3, 9, 3, 250]))
+    args = ["cache-plan", "--dataset", "tiny", "--variants", str(variants_dir)]
+    assert main([*args, "--budget-mb", "0.005", "--seeds", str(tmp_path / "traffic.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "seeds: traffic.npy (4 nodes, batches of 1024), ranked by access" in out
+    assert (
+        "sage-full-1x    16             81" in out and "sage-random-4x  4              300" in out
+    )
+    table = (tmp_path / "env-profiles" / "tiny" / "cache_plan.csv").read_text()
+    assert ",traffic.npy,4,1024,depth,0," in table
+    (tmp_path / "seeds.txt").write_text("# recorded\n1, 2\n3 4\n")
+    seeds = ["--seeds", str(tmp_path / "seeds.txt"), "--by", "degree"]
+    assert main([*args, "--budget-mb", "1", *seeds]) == 0
+    assert "seeds: seeds.txt (4 nodes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--budget-mb", "0"], "cache-plan: --budget-mb must be a number of MB > 0 (got '0')"),
+        (["--budget-mb", "nan"], "--budget-mb must be a number of MB > 0 (got 'nan')"),
+        (["--budget-mb", "lots"], "--budget-mb must be a number of MB > 0 (got 'lots')"),
+        (["--budget-mb", "1", "--seeds", "{tmp}/none.npy"], "is not a file"),
+        (["--budget-mb", "1", "--seeds", "{tmp}/far.txt"], "has ids outside [0, 3000), e.g. 5000"),
+        (["--budget-mb", "1", "--seeds", "{tmp}/empty.txt"], "non-empty 1-D list of integer"),
+        (["--budget-mb", "1", "--seeds", "{tmp}/words.txt"], "is not a .npy array or a text file"),
+    ],
+)
+def test_cache_plan_bad_input_is_one_line(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "far.txt").write_text("1 5000\n")
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    (tmp_path / "words.txt").write_text("one two\n")
+    args = ["cache-plan", "--dataset", "synth-small", "--profiles", str(tmp_path / "p")]
+    assert main([*args, *[e.format(tmp=tmp_path) for e in extra]]) == 1
+    line = _one_error_line(capsys)
+    assert line.startswith("ConfigError: cache-plan: ") and message in line
+    assert not (tmp_path / "p").exists()  # nothing written
+
+
+def test_cache_plan_unknown_dataset_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cache-plan", "--dataset", "Coraa", "--budget-mb", "1"]) == 1
+    line = _one_error_line(capsys)
+    assert line.startswith("ConfigError:") and "Coraa" in line

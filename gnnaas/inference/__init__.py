@@ -3,11 +3,13 @@
 The server's executor, the profiler and evaluation during generation share
 :class:`InferencePath` (``path.py``). The server's batch handler :class:`Executor`
 (``executor.py``) wraps it and is the call the profiler times for service curves, so profiled
-figures are those of the served pipeline; ``scores.py`` turns outputs into per-node score parts.
+figures are those of the served pipeline; ``scores.py`` turns outputs into per-node score parts;
+``cache.py`` holds a variant's device feature cache (:class:`FeatureCache`).
 Below variants and profiling in the layer order (data → sampling → models → inference →
 variants → profiling → serving).
 """
 
+from gnnaas.inference.cache import FeatureCache, Transfer
 from gnnaas.inference.executor import (
     INLINE_MAX_NODES,
     ExecRequest,
@@ -23,12 +25,14 @@ __all__ = [
     "ExecRequest",
     "ExecResult",
     "Executor",
+    "FeatureCache",
     "INLINE_MAX_NODES",
     "InferencePath",
     "Output",
     "PathOutput",
     "Sampler",
     "StageTimes",
+    "Transfer",
     "embedding_dim",
     "metric",
     "score_parts",

@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeAlias, get_args
 import torch
 from torch import Tensor
 
+from gnnaas.inference.cache import FeatureCache
 from gnnaas.inference.lookup import LookupPath, PrecomputedAnswers
 from gnnaas.inference.path import InferencePath, Sampler, StageTimes
 
@@ -137,6 +138,11 @@ class Executor:
         answers (PrecomputedAnswers, optional): a precomputed variant's tables: batches are
             looked up (:class:`~gnnaas.inference.lookup.LookupPath`; ``model``, ``features`` and
             a sampler with every fanout ``-1`` compute its stale nodes). (default: ``None``)
+        cache (FeatureCache, optional): rows of ``features`` resident on ``device``
+            (:mod:`gnnaas.inference.cache`); not for a precomputed variant. (default: ``None``)
+
+    Raises:
+        ValueError: a cache is given with ``answers`` (a lookup reads no features).
     """
 
     def __init__(
@@ -150,14 +156,19 @@ class Executor:
         name: str = "executor",
         graph_version: Callable[[], int] | None = None,
         answers: PrecomputedAnswers | None = None,
+        cache: FeatureCache | None = None,
     ) -> None:
+        if cache is not None and answers is not None:
+            raise ValueError(
+                f"Executor {name!r}: a precomputed variant (answers) takes no feature cache"
+            )
         self.device = torch.device(device)
         self.graph_version = graph_version
         self.model = model.to(self.device).eval()
         self.features = features
         self.sampler = sampler
         if answers is None:
-            self.path = InferencePath(self.model, features, sampler, self.device)
+            self.path = InferencePath(self.model, features, sampler, self.device, cache=cache)
         else:
             self.path = LookupPath(self.model, features, sampler, answers, self.device)
         self.multi_label = multi_label

@@ -11,7 +11,10 @@ Stages of :meth:`InferencePath.run`, as the profile columns define them:
 - ``sample``: the k-hop neighborhood of the seeds (host);
 - ``gather``: the kept feature rows of the sampled nodes (``features.index_select(0, n_id)``,
   into a reused buffer, pinned on CUDA) and their host→device copy with the blocks
-  (``non_blocking``);
+  (``non_blocking``). With a :class:`~gnnaas.inference.cache.FeatureCache` only the rows of
+  nodes it does not hold (the misses) are gathered and copied, in one copy, and the input is
+  assembled on the device in ``n_id`` order from the resident rows and the copied ones
+  (:attr:`InferencePath.last_transfer` says how many rows each batch took from where);
 - ``compute``: the forward pass under :func:`torch.inference_mode`;
 - ``copy``: the outputs back to the host.
 
@@ -43,6 +46,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch import Tensor
 
+from gnnaas.inference.cache import FeatureCache, Transfer
 from gnnaas.typing import Device
 
 __all__ = ["GATHER_BUFFER_LIMIT_BYTES", "InferencePath", "PathOutput", "Sampler", "StageTimes"]
@@ -109,6 +113,14 @@ class PathOutput(NamedTuple):
     embeddings: Tensor | None = None
 
 
+class _Staged(NamedTuple):
+    """A batch's input on the host when a cache serves part of it."""
+
+    where: Tensor  # [2H + M] hit positions in n_id, their rows in the cache, miss positions
+    hits: int  # H
+    missed: Tensor  # [M, F_kept] the misses' rows (the reused gather buffer)
+
+
 class InferencePath:
     """Sample → gather → copy → forward → copy back for one variant.
 
@@ -119,6 +131,8 @@ class InferencePath:
             (``store.feature_subset(kept)``), on the host.
         sampler (Sampler): the serving sampler for the variant's fanouts.
         device (str | torch.device, optional): where the forward pass runs. (default: ``"cpu"``)
+        cache (FeatureCache, optional): rows of ``features`` resident on ``device``; batches
+            then copy only the other rows (the answers are the same). (default: ``None``)
 
     A path is not meant for concurrent calls (one batch at a time, like one lane of the server):
     it reuses one gather buffer (pinned on CUDA), so calls are serialized by a lock.
@@ -130,6 +144,8 @@ class InferencePath:
         features: Tensor,
         sampler: Sampler,
         device: Device = "cpu",
+        *,
+        cache: FeatureCache | None = None,
     ) -> None:
         if features.dim() != 2:
             raise ValueError(
@@ -152,11 +168,24 @@ class InferencePath:
         self._buffer: Tensor | None = None  # [capacity, F_kept] gather buffer (pinned on CUDA)
         self._lock = threading.Lock()
         self.last_num_seeds = 0  # unique nodes of the last predict() batch
+        if cache is not None:
+            _check_cache(cache, features, self.device)
+        self.cache = cache
+        self._row_bytes = features.size(1) * features.element_size()
+        self._last_io = (0, 0)  # (rows read, rows from the cache) of the last run() batch
+
+    @property
+    def last_transfer(self) -> Transfer:
+        """The feature rows the last :meth:`run` batch read and how many came from the cache.
+        Read after the batch, from the thread that ran it (calls are serialized)."""
+        rows, hits = self._last_io
+        return Transfer(rows, hits, self._row_bytes)
 
     def __repr__(self) -> str:
+        cache = "" if self.cache is None else f", cache={self.cache.num_cached}"
         return (
             f"{type(self).__name__}(features={tuple(self.features.shape)}, "
-            f"sampler={self.sampler!r}, device={self.device})"
+            f"sampler={self.sampler!r}, device={self.device}{cache})"
         )
 
     # -- stages ----------------------------------------------------------------------------------
@@ -185,17 +214,54 @@ class InferencePath:
         torch.index_select(self.features, 0, n_id, out=out)  # [N_s, F_kept]
         return out
 
-    def _to_device(self, x: Tensor, blocks: list[Any]) -> tuple[Tensor, list[Any]]:
+    def _stage(self, cache: FeatureCache, n_id: Tensor) -> _Staged:
+        """The host half of a cached gather: which rows are hits, and the misses' rows gathered
+        into the reused buffer (pinned on CUDA, like the index)."""
+        slot = cache.slot.index_select(0, n_id)  # [N_s] row in the cache, or -1
+        hit = slot >= 0
+        hit_pos = hit.nonzero().view(-1)  # [H]
+        miss_pos = (~hit).nonzero().view(-1)  # [M]
+        where = torch.cat([hit_pos, slot.index_select(0, hit_pos), miss_pos])  # [2H + M]
+        if self._cuda:
+            where = where.pin_memory()
+        missed = self._gather(n_id.index_select(0, miss_pos))  # [M, F_kept]
+        return _Staged(where, int(hit_pos.numel()), missed)
+
+    def _assemble(self, cache: FeatureCache, staged: _Staged, num_rows: int) -> Tensor:
+        """The device half: one copy of the missed rows (and the index), then ``[N_s, F_kept]``
+        in ``n_id`` order on the device, from the resident rows and the copied ones."""
+        h = staged.hits
+        where = staged.where.to(self.device, non_blocking=True)  # no-op on the CPU
+        missed = staged.missed.to(self.device, non_blocking=True)  # the one copy of rows
+        x = torch.empty(
+            (num_rows, self.features.size(1)), dtype=self.features.dtype, device=self.device
+        )
+        x.index_copy_(0, where[:h], cache.rows.index_select(0, where[h : 2 * h]))
+        x.index_copy_(0, where[2 * h :], missed)
+        return x  # [N_s, F_kept]
+
+    def _blocks_to_device(self, blocks: list[Any]) -> list[Any]:
         if not self._cuda:
-            return x, blocks  # the copy is a no-op on the CPU
-        x = x.to(self.device, non_blocking=True)
-        blocks = [
+            return blocks
+        return [
             dataclasses.replace(
                 b, edge_index=b.edge_index.pin_memory().to(self.device, non_blocking=True)
             )
             for b in blocks
         ]
-        return x, blocks
+
+    def _to_device(self, x: Tensor, blocks: list[Any]) -> tuple[Tensor, list[Any]]:
+        if not self._cuda:
+            return x, blocks  # the copy is a no-op on the CPU
+        return x.to(self.device, non_blocking=True), self._blocks_to_device(blocks)
+
+    def _inputs(self, n_id: Tensor, blocks: list[Any]) -> tuple[Tensor, list[Any]]:
+        """Gather and copy, untimed: ``x`` ``[N_s, F_kept]`` and the blocks on the device."""
+        cache = self.cache
+        if cache is None:
+            return self._to_device(self._gather(n_id), blocks)
+        x = self._assemble(cache, self._stage(cache, n_id), int(n_id.numel()))
+        return x, self._blocks_to_device(blocks)
 
     def _call_model(
         self, x: Tensor, blocks: list[Any], embed: bool
@@ -210,8 +276,18 @@ class InferencePath:
         self, sub: Any, sample_ms: float, t1: float, embed: bool = False
     ) -> tuple[StageTimes, Tensor, Tensor | None]:
         """Gather → copy → forward → copy back of ``sub``, timed (under inference_mode)."""
-        x = self._gather(sub.n_id)  # [N_s, F_kept]
+        num_rows = int(sub.n_id.numel())
         blocks = list(sub.blocks)
+        cache = self.cache
+        if cache is None:
+            staged = None
+            x = self._gather(sub.n_id)  # [N_s, F_kept]
+            self._last_io = (num_rows, 0)
+        else:
+            staged = self._stage(cache, sub.n_id)
+            self._last_io = (num_rows, staged.hits)
+            if not self._cuda:  # the host is the device: assembling is part of the gather
+                x = self._assemble(cache, staged, num_rows)
         t2 = time.perf_counter()
         if not self._cuda:
             emb, out = self._call_model(x, blocks, embed)  # [B, H], [B, C], already on the host
@@ -225,7 +301,10 @@ class InferencePath:
         with torch.cuda.device(self.device):
             events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
             events[0].record()
-            x, blocks = self._to_device(x, blocks)
+            if cache is None or staged is None:
+                x, blocks = self._to_device(x, blocks)
+            else:
+                x, blocks = self._assemble(cache, staged, num_rows), self._blocks_to_device(blocks)
             events[1].record()
             emb, out = self._call_model(x, blocks, embed)
             events[2].record()
@@ -250,7 +329,7 @@ class InferencePath:
             pair ``(embeddings [B, H], logits [B, C])``, as :meth:`gnnaas.models.GNN.forward`.
         """
         with self._lock, torch.inference_mode():
-            x, blocks = self._to_device(self._gather(sub.n_id), list(sub.blocks))
+            x, blocks = self._inputs(sub.n_id, list(sub.blocks))
             emb, out = self._call_model(x, blocks, embed)
             if emb is None:
                 return out.to("cpu")
@@ -299,3 +378,23 @@ class InferencePath:
         times = dataclasses.replace(out.times, sample_ms=out.times.sample_ms + dedupe_ms)
         emb = None if out.embeddings is None else out.embeddings[inverse]  # [n, H]
         return PathOutput(out.logits[inverse], times, out.num_sampled, emb)  # [n, C]
+
+
+def _check_cache(cache: FeatureCache, features: Tensor, device: torch.device) -> None:
+    """A cache must hold rows of these very features, on the path's device."""
+    if cache.slot.numel() != features.size(0) or cache.rows.size(1) != features.size(1):
+        raise ValueError(
+            f"InferencePath: the cache was built from other features (its rows are "
+            f"[{cache.slot.numel()}, {cache.rows.size(1)}], the path's "
+            f"{list(features.shape)})"
+        )
+    if cache.rows.dtype != features.dtype:
+        raise ValueError(
+            f"InferencePath: the cache holds {cache.rows.dtype} rows, the features are "
+            f"{features.dtype}"
+        )
+    if cache.device != device:
+        raise ValueError(
+            f"InferencePath: the cache lives on {cache.device}, the model runs on {device}; "
+            "build it with FeatureCache(features, nodes, device)"
+        )

@@ -25,10 +25,11 @@ import torch
 from torch import Tensor
 
 from gnnaas.inference import ExecRequest, ExecResult, StageTimes
+from gnnaas.inference.cache import Transfer
 from gnnaas.profiling.table import SERVICE_TIME_BATCH_SIZES
 from gnnaas.profiling.timers import summarize
 
-__all__ = ["CurveTimer", "Handler", "service_sizes"]
+__all__ = ["CurveTimer", "Handler", "hit_ratio", "service_sizes"]
 
 Handler = Callable[[Sequence[ExecRequest]], list[ExecResult]]
 """A variant's blocking batch handler (:class:`~gnnaas.inference.Executor` fits)."""
@@ -104,10 +105,12 @@ class CurveTimer:
         round), so a transient slowdown of the machine spreads over all curves instead of
         shifting one variant's; each (variant, size) gets at least ``service_runs`` runs and
         small batches keep running for ``min_time_s / 4`` in all (at most 200 runs). ``e2e_ms``
-        is the handler's wall time, the call the server's batcher times.
+        is the handler's wall time, the call the server's batcher times; ``hit_ratio`` and
+        ``copied_kb`` describe the feature rows its batches moved
+        (:class:`~gnnaas.inference.cache.Transfer`; NaN for a handler without them).
         """
         num_nodes = self.nodes.numel()
-        runs: dict[tuple[str, int], list[tuple[float, StageTimes]]] = {
+        runs: dict[tuple[str, int], list[tuple[float, StageTimes, Transfer | None]]] = {
             (v, size): [] for v in handlers for size in sizes
         }
         for handler in handlers.values():
@@ -133,13 +136,15 @@ class CurveTimer:
                         # (back to back, small batches ran ~0.4 ms faster than the server saw).
                         time.sleep(_GAP_S)
                         ms, result = self.timed(handler, seeds)
-                        timed.append((ms, result.times))
+                        path = getattr(handler, "path", None)
+                        timed.append((ms, result.times, getattr(path, "last_transfer", None)))
                         done += 1
         rows = []
         for variant_id in handlers:
             for size in sizes:
-                wall = [ms for ms, _ in runs[(variant_id, size)]]
-                stages = [st for _, st in runs[(variant_id, size)]]
+                wall = [ms for ms, _, _ in runs[(variant_id, size)]]
+                stages = [st for _, st, _ in runs[(variant_id, size)]]
+                moved = [tr for _, _, tr in runs[(variant_id, size)] if tr is not None]
                 rows.append(
                     {
                         "variant": variant_id,
@@ -148,6 +153,19 @@ class CurveTimer:
                         "gather_ms": summarize([x.comm_ms for x in stages]).p50,
                         "compute_ms": summarize([x.compute_ms for x in stages]).p50,
                         "e2e_ms": summarize(wall).p50,
+                        "hit_ratio": hit_ratio(moved) if moved else math.nan,
+                        "copied_kb": (
+                            sum(t.copied_bytes for t in moved) / len(moved) / 1024
+                            if moved
+                            else math.nan
+                        ),
                     }
                 )
         return rows
+
+
+def hit_ratio(moved: Sequence[Transfer]) -> float:
+    """Feature rows read from the device cache / all rows read, over batches (0 without
+    rows)."""
+    rows = sum(t.rows for t in moved)
+    return sum(t.hits for t in moved) / rows if rows else 0.0

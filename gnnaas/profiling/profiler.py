@@ -33,6 +33,17 @@ batches of ``len(n_id) / (t·∏ s_k)``; fanouts of ``-1`` are bounded by the ma
 ``pred_comm_ms`` and ``pred_comp_ms`` come from :mod:`gnnaas.profiling.perfmodel` with rates
 calibrated once per call.
 
+With ``feature_cache_mb`` (the server's ``GNNAAS_FEATURE_CACHE_MB``; ``gnnaas profile`` passes it
+on CUDA only, where the server caches) every trained variant runs with the device feature cache
+the server would build for this dataset (:mod:`gnnaas.inference.cache`): the budget split over
+the dataset's variants with equal traffic shares
+(:func:`gnnaas.profiling.cacheplan.assign_cache_nodes`), nodes in the order of
+``cache_ranking.safetensors`` beside the profiles when ``gnnaas cache-plan`` wrote one for the
+sampler, else by neighbor count. Timings, service curves included, are then
+those of the cached path; ``cache_nodes``, ``hit_ratio`` and ``copied_kb`` record the cache and
+what each batch moved (:data:`~gnnaas.profiling.table.CACHE_COLUMNS`; without a cache they are
+0, 0 and every sampled row's bytes).
+
 Besides ``profiles.csv`` the profiler writes ``service_times.csv``, the router's cost model: each
 variant's service curve, measured by timing the server's own batch handler
 (:class:`~gnnaas.inference.Executor`: dedupe, the path, classes per request as lists) at
@@ -65,14 +76,16 @@ from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.inference import (
     INLINE_MAX_NODES,
     Executor,
+    FeatureCache,
     InferencePath,
     StageTimes,
+    Transfer,
     metric,
     score_parts,
 )
 from gnnaas.inference.lookup import LookupPath, PrecomputedAnswers
 from gnnaas.inference.settings import execution_settings
-from gnnaas.profiling.curves import CurveTimer, service_sizes
+from gnnaas.profiling.curves import CurveTimer, hit_ratio, service_sizes
 from gnnaas.profiling.perfmodel import Calibration, calibrate, estimate
 from gnnaas.profiling.table import (
     PROFILES_FILE,
@@ -247,8 +260,10 @@ class _Profiler:
         scores: list[float] = []
         nums: list[Tensor] = []
         dens: list[Tensor] = []
+        moved: list[Transfer] = []  # every batch's feature rows (the cache's hit ratio)
         for batch in batches:  # accuracy pass, timing every full batch
             out = path.run(batch)
+            moved.append(path.last_transfer)
             num, den = score_parts(out.logits, y[batch])  # [b] each, in split order
             nums.append(num)
             dens.append(den)
@@ -310,6 +325,7 @@ class _Profiler:
             "comm_comp": comm_ms / comp_ms if comp_ms > 0 else float("inf"),
             "mem_mb": mem_bytes / 2**20,
             "unique_frac": unique_frac,
+            **_cache_fields(path, moved, batches[0].numel(), [b.numel() for b in batches]),
             "pred_comm_ms": pred.comm_ms,
             "pred_comp_ms": pred.comp_ms,
         }
@@ -392,6 +408,54 @@ def _size_kb(model: torch.nn.Module, stored_kb: float) -> float:
     return model_bytes(model) / 1024
 
 
+def _cache_fields(
+    path: InferencePath, moved: Sequence[Transfer], full: int, sizes: Sequence[int]
+) -> dict[str, Any]:
+    """The :data:`~gnnaas.profiling.table.CACHE_COLUMNS` of a split's accuracy pass."""
+    copied = [t.copied_bytes for t, size in zip(moved, sizes, strict=True) if size == full]
+    return {
+        "cache_nodes": 0 if path.cache is None else path.cache.num_cached,
+        "hit_ratio": hit_ratio(moved),
+        "copied_kb": float(np.mean(copied)) / 1024 if copied else 0.0,
+    }
+
+
+def _planned_caches(
+    store: GraphStore,
+    manifests: Sequence[Manifest],
+    folder: Path,
+    budget_mb: float,
+    *,
+    sampler_seed: int,
+    sampling: str,
+) -> dict[str, Tensor]:
+    """The node ids each trained variant would keep on the device if the server served this
+    dataset alone with ``budget_mb`` (equal traffic shares)."""
+    from gnnaas.profiling.cacheplan import assign_cache_nodes, degree_ranking, read_cache_ranking
+
+    rankings: dict[tuple[int, ...], Any] = {}
+    entries = {}
+    for m in manifests:
+        if m.precomputed is not None:
+            continue  # answers are looked up: no feature is read
+        fanouts = tuple(int(f) for f in m.fanouts)
+        if fanouts not in rankings:
+            ranking, source = read_cache_ranking(
+                folder,
+                fanouts,
+                num_nodes=store.num_nodes,
+                num_edges=store.num_edges,
+                sampler_seed=sampler_seed,
+                sampling=sampling,
+            )
+            if ranking is None:
+                _log.info("feature cache, fanouts %s: by neighbor count (%s)", fanouts, source)
+                ranking = degree_ranking(store.col, store.num_nodes)
+            rankings[fanouts] = ranking
+        entries[m.variant_id] = (rankings[fanouts], m.in_channels * store.x.element_size())
+    return assign_cache_nodes(int(budget_mb * 2**20), entries)
+
+
 def _unlisted_variants(
     repo: VariantRepository, dataset: str, listed: set[str]
 ) -> list[tuple[str, str]]:
@@ -432,6 +496,7 @@ def profile_dataset(
     max_batch_nodes: int | None = None,
     only: Sequence[str] | None = None,
     inline_max_nodes: int = INLINE_MAX_NODES,
+    feature_cache_mb: float = 0.0,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
@@ -473,6 +538,9 @@ def profile_dataset(
             keep every other variant's latency rows and service curve from the existing
             files; all variants are still scored (untimed), so the paired accuracy intervals
             stay comparable. Needs existing profiles of the dataset. (default: ``None``)
+        feature_cache_mb (float, optional): the server's ``GNNAAS_FEATURE_CACHE_MB``: profile
+            with the device feature caches it would build (see the module docstring), on
+            whatever ``device`` is given; ``0`` profiles without. (default: ``0.0``)
 
     Returns:
         ProfileResult: paths written, number profiled, skipped variants with their reasons.
@@ -505,6 +573,11 @@ def profile_dataset(
         raise ValueError(
             f"profile_dataset: max_batch_nodes must be an integer >= 1 (got {max_batch_nodes!r})"
         )
+    if not (math.isfinite(feature_cache_mb) and feature_cache_mb >= 0):
+        raise ValueError(
+            f"profile_dataset: feature_cache_mb must be a finite number >= 0 "
+            f"(got {feature_cache_mb!r})"
+        )
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -527,6 +600,7 @@ def profile_dataset(
             max_batch_nodes=max_batch_nodes,
             only=only,
             inline_max_nodes=inline_max_nodes,
+            feature_cache_mb=feature_cache_mb,
         )
     finally:
         torch.set_num_threads(previous_threads)
@@ -569,6 +643,7 @@ def _profile_dataset(
     max_batch_nodes: int | None,
     only: Sequence[str] | None = None,
     inline_max_nodes: int = INLINE_MAX_NODES,
+    feature_cache_mb: float = 0.0,
 ) -> ProfileResult:
     from tqdm.auto import tqdm
 
@@ -619,6 +694,18 @@ def _profile_dataset(
         "date": date,
     }
 
+    cache_nodes = (
+        _planned_caches(
+            store,
+            manifests,
+            out_dir / store.name,
+            feature_cache_mb,
+            sampler_seed=sampler_seed,
+            sampling=sampling,
+        )
+        if feature_cache_mb > 0
+        else {}
+    )
     rows: list[dict[str, Any]] = []
     parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     executors: dict[str, Executor] = {}  # all kept for the interleaved service curves
@@ -644,8 +731,10 @@ def _profile_dataset(
                 skipped.append((variant_id, str(exc)))
                 continue
             sampler = prof.sampler(manifest.fanouts)
+            nodes = cache_nodes.get(variant_id) if answers is None else None
+            cache = None if nodes is None else FeatureCache(features, nodes, dev)
             inference: InferencePath = (
-                InferencePath(loaded.model, features, sampler, dev)
+                InferencePath(loaded.model, features, sampler, dev, cache=cache)
                 if answers is None
                 else LookupPath(loaded.model, features, sampler, answers, dev)
             )
@@ -692,9 +781,10 @@ def _profile_dataset(
                 multi_label=manifest.multi_label,
                 name=variant_id,
                 answers=answers,
+                cache=cache,
             )
             executors[variant_id] = executor
-            del loaded, inference, executor
+            del loaded, inference, executor, cache
         service_rows = kept_curves + (prof.service_times(executors) if executors else [])
     finally:
         prof.close()

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AXIS_COLUMNS",
+    "CACHE_COLUMNS",
     "PROFILES_FILE",
     "PROFILE_COLUMNS",
     "PROFILE_INTERVAL_COLUMNS",
+    "SERVICE_CACHE_COLUMNS",
     "SERVICE_TIMES_FILE",
     "SERVICE_TIME_BATCH_SIZES",
     "SERVICE_TIME_COLUMNS",
@@ -57,6 +59,17 @@ SERVICE_TIME_BATCH_SIZES = (1, 4, 16, 64, 256, 1024)
 
 AXIS_COLUMNS: tuple[str, ...] = ("fanouts", "hidden_channels", "precision", "base")
 """The variant's axes in ``profiles.csv`` (the last columns)."""
+
+CACHE_COLUMNS: tuple[str, ...] = ("cache_nodes", "hit_ratio", "copied_kb")
+"""The device feature cache a profile was measured with (:mod:`gnnaas.inference.cache`):
+``cache_nodes`` nodes whose rows were resident (0: no cache); ``hit_ratio`` feature rows read from
+the cache / all rows read, over the split's batches (0 without a cache); ``copied_kb`` feature kB
+a full batch gathers on the host for the host→device copy (mean; counted on the CPU too, where the
+copy is a no-op). Optional: files written before they existed read NaN there."""
+
+SERVICE_CACHE_COLUMNS: tuple[str, ...] = ("hit_ratio", "copied_kb")
+"""``hit_ratio`` and ``copied_kb`` of a service-curve point (means over its timed batches), as in
+:data:`CACHE_COLUMNS`. Optional, like them."""
 
 PROFILE_COLUMNS: tuple[str, ...] = (
     "dataset",
@@ -83,6 +96,7 @@ PROFILE_COLUMNS: tuple[str, ...] = (
     "size_kb",
     "mem_mb",
     "unique_frac",
+    *CACHE_COLUMNS,
     "pred_comm_ms",
     "pred_comp_ms",
     "device",
@@ -111,6 +125,7 @@ SERVICE_TIME_COLUMNS: tuple[str, ...] = (
     "gather_ms",
     "compute_ms",
     "e2e_ms",
+    *SERVICE_CACHE_COLUMNS,
     "sampling",
     "sampler_seed",
     *SETTING_COLUMNS,
@@ -229,15 +244,14 @@ def write_profiles(rows: Iterable[Mapping[str, Any]], path: PathType) -> Path:
     Args:
         rows (Iterable[Mapping[str, Any]]): one mapping per variant and split with every column
             of :data:`PROFILE_COLUMNS` (extra keys are dropped; missing
-            :data:`PROFILE_INTERVAL_COLUMNS` are written empty).
+            :data:`PROFILE_INTERVAL_COLUMNS` and :data:`CACHE_COLUMNS` are written empty).
         path (str or PathLike): the file (or its folder).
 
     Returns:
         Path: the file written.
     """
-    frame = _frame(
-        rows, PROFILE_COLUMNS, "write_profiles", (*PROFILE_INTERVAL_COLUMNS, *AXIS_COLUMNS)
-    )
+    optional = (*PROFILE_INTERVAL_COLUMNS, *AXIS_COLUMNS, *CACHE_COLUMNS)
+    frame = _frame(rows, PROFILE_COLUMNS, "write_profiles", optional)
     return _write(frame, _resolve(path, PROFILES_FILE))
 
 
@@ -246,13 +260,15 @@ def write_service_times(rows: Iterable[Mapping[str, Any]], path: PathType) -> Pa
 
     Args:
         rows (Iterable[Mapping[str, Any]]): one mapping per variant and batch size with every
-            column of :data:`SERVICE_TIME_COLUMNS`.
+            column of :data:`SERVICE_TIME_COLUMNS` (missing :data:`SERVICE_CACHE_COLUMNS` are
+            written empty).
         path (str or PathLike): the file (or its folder).
 
     Returns:
         Path: the file written.
     """
-    frame = _frame(rows, SERVICE_TIME_COLUMNS, "write_service_times", SETTING_COLUMNS)
+    optional = (*SERVICE_CACHE_COLUMNS, *SETTING_COLUMNS)
+    frame = _frame(rows, SERVICE_TIME_COLUMNS, "write_service_times", optional)
     return _write(frame, _resolve(path, SERVICE_TIMES_FILE))
 
 
@@ -264,7 +280,8 @@ def read_profiles(path_or_dir: PathType) -> pd.DataFrame:
 
     Returns:
         pandas.DataFrame: the columns of :data:`PROFILE_COLUMNS` with numeric dtypes
-        (``tie_best`` bool; :data:`PROFILE_INTERVAL_COLUMNS` absent from older files are NaN).
+        (``tie_best`` bool; :data:`PROFILE_INTERVAL_COLUMNS` and :data:`CACHE_COLUMNS` absent from
+        older files are NaN).
 
     Raises:
         ArtifactError: the file is missing, unreadable or lacks columns.
@@ -275,7 +292,7 @@ def read_profiles(path_or_dir: PathType) -> pd.DataFrame:
         PROFILE_COLUMNS,
         _PROFILE_TEXT,
         _PROFILE_INT,
-        (*PROFILE_INTERVAL_COLUMNS, *AXIS_COLUMNS),
+        (*PROFILE_INTERVAL_COLUMNS, *AXIS_COLUMNS, *CACHE_COLUMNS),
         _PROFILE_BOOL,
     )
 
@@ -287,7 +304,8 @@ def read_service_times(path_or_dir: PathType) -> pd.DataFrame:
         path_or_dir (str or PathLike): ``profiles/<dataset>`` or the CSV itself.
 
     Returns:
-        pandas.DataFrame: the columns of :data:`SERVICE_TIME_COLUMNS`.
+        pandas.DataFrame: the columns of :data:`SERVICE_TIME_COLUMNS` (:data:`SERVICE_CACHE_COLUMNS`
+        absent from older files are NaN).
 
     Raises:
         ArtifactError: the file is missing, unreadable or lacks columns.
@@ -298,7 +316,7 @@ def read_service_times(path_or_dir: PathType) -> pd.DataFrame:
         SERVICE_TIME_COLUMNS,
         _SERVICE_TEXT,
         _SERVICE_INT,
-        SETTING_COLUMNS,
+        (*SERVICE_CACHE_COLUMNS, *SETTING_COLUMNS),
     )
 
 

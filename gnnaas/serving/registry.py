@@ -87,6 +87,10 @@ class ServingVariant:
         hidden_channels (int, optional): the model's hidden width. (default: ``None``)
         precision (str, optional): ``fp32`` or ``int8``. (default: ``"fp32"``)
         base (str, optional): the variant it derives from. (default: ``None``)
+        cache_nodes (Tensor, optional): ``[K]`` node ids whose pruned feature rows the executor
+            keeps on the device (:class:`~gnnaas.inference.FeatureCache`; planned by
+            :meth:`VariantRegistry.load` from ``GNNAAS_FEATURE_CACHE_MB`` on CUDA). (default:
+            ``None``: no cache)
     """
 
     dataset: str
@@ -103,6 +107,7 @@ class ServingVariant:
     hidden_channels: int | None = None
     precision: str = "fp32"
     base: str | None = None
+    cache_nodes: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.profile is None and self.not_routed is None:
@@ -521,7 +526,49 @@ class VariantRegistry:
         if not served:
             detail = "; ".join(notes) or f"no dataset folders in '{variants_dir}'"
             raise ConfigError(f"nothing to serve ({detail}); {prepare}")
+        if settings.feature_cache_mb > 0 and device.type == "cuda":
+            _plan_feature_caches(served, settings)
         return cls(served, notes, device=device)
+
+
+def _plan_feature_caches(served: Sequence[ServedDataset], settings: Settings) -> None:
+    """Sets ``cache_nodes`` of every trained variant of frozen graphs: one budget of
+    ``settings.feature_cache_mb`` over them all, equal traffic shares (none is known at
+    start-up), nodes in the planned order beside the profiles, else by neighbor count."""
+    from gnnaas.profiling.cacheplan import assign_cache_nodes, degree_ranking, read_cache_ranking
+
+    entries: dict[tuple[str, str], tuple[Any, int]] = {}
+    for ds in served:
+        if ds.live is not None:
+            _log.info("dataset %s: live graph, no feature cache (its rows change)", ds.name)
+            continue
+        rankings: dict[tuple[int, ...], Any] = {}
+        for v in ds.variants.values():
+            if v.answers is not None:
+                continue  # a lookup reads no features
+            if v.fanouts not in rankings:
+                ranking, source = read_cache_ranking(
+                    Path(settings.profiles_dir) / ds.name,
+                    v.fanouts,
+                    num_nodes=ds.num_nodes,
+                    num_edges=int(ds.store.col.numel()),
+                    sampler_seed=settings.seed,
+                    sampling=settings.sampling,
+                )
+                if ranking is None:
+                    ranking = degree_ranking(ds.store.col, ds.num_nodes)
+                    source = f"neighbor counts ({source})"
+                _log.info(
+                    "dataset %s, fanouts %s: caching order from %s", ds.name, v.fanouts, source
+                )
+                rankings[v.fanouts] = ranking
+            row_bytes = v.features_kept * ds.features(v.kept_features).element_size()
+            entries[(ds.name, v.variant_id)] = (rankings[v.fanouts], row_bytes)
+    budget = int(settings.feature_cache_mb * 2**20)
+    for (name, variant_id), nodes in assign_cache_nodes(budget, entries).items():
+        variant = next(d for d in served if d.name == name).variants[variant_id]
+        variant.cache_nodes = nodes
+        _log.info("variant %s/%s: %d nodes' features cached", name, variant_id, nodes.numel())
 
 
 def _precomputed_answers(

@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ConfigError, OverloadedError
+from gnnaas.inference.cache import FeatureCache
 from gnnaas.serving.batcher import Batcher, BatchStats
 from gnnaas.serving.drift import DriftRecord
 from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, Output
@@ -137,21 +138,25 @@ class Prediction:
 def default_executor_factory(
     device: Any,
 ) -> ExecutorFactory:
-    """Builds an :class:`Executor` per variant on ``device``."""
+    """Builds an :class:`Executor` per variant on ``device``, with the variant's device feature
+    cache when it has planned ``cache_nodes``."""
 
     def build(
         dataset: ServedDataset, variant: ServingVariant
     ) -> Callable[[Sequence[ExecRequest]], list[ExecResult]]:
         live = dataset.live
+        features = dataset.features(variant.kept_features)
+        nodes = variant.cache_nodes
         return Executor(
             variant.model,
-            dataset.features(variant.kept_features),
+            features,
             dataset.sampler(variant.fanouts),
             device=device,
             multi_label=bool(dataset.store.multi_label),
             name=f"{dataset.name}/{variant.variant_id}",
             graph_version=None if live is None else (lambda: live.graph.version),
             answers=variant.answers,
+            cache=None if nodes is None else FeatureCache(features, nodes, device),
         )
 
     return build

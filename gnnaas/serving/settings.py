@@ -82,6 +82,14 @@ class Settings(BaseSettings):
             through files in this folder so that several server processes share one copy
             (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.workers`). (default:
             ``None``: private tensors)
+        feature_cache_mb (float): device memory (MiB) for feature caches on CUDA: the pruned
+            rows of each served variant's most read nodes stay on the GPU and a batch copies only
+            the others (:mod:`gnnaas.inference.cache`). One budget for every served variant, split
+            by traffic share (equal at start-up) and marginal hit gain
+            (:func:`gnnaas.profiling.cacheplan.split_budget`); nodes in the order ``gnnaas
+            cache-plan`` wrote beside the profiles, else by neighbor count. Ignored on the CPU
+            (the features are already local) and for live graphs. ``0`` turns caching off.
+            (default: ``0``)
     """
 
     model_config = SettingsConfigDict(env_prefix="GNNAAS_", extra="forbid", frozen=True)
@@ -118,6 +126,7 @@ class Settings(BaseSettings):
     shared_store_dir: Path | None = None
     state_dir: Path | None = None
     write_token: SecretStr | None = None
+    feature_cache_mb: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
     @field_validator("admin_token", "write_token", mode="before")
     @classmethod

@@ -11,8 +11,10 @@ import pytest
 
 from gnnaas.errors import ArtifactError
 from gnnaas.profiling.table import (
+    CACHE_COLUMNS,
     PROFILE_COLUMNS,
     PROFILE_INTERVAL_COLUMNS,
+    SERVICE_CACHE_COLUMNS,
     SERVICE_TIME_COLUMNS,
     has_profiles,
     read_profiles,
@@ -27,8 +29,8 @@ DOC_PROFILE_COLUMNS = (
     "accuracy, accuracy_std, accuracy_lo, accuracy_hi, best_variant, diff_best, diff_best_lo, "
     "diff_best_hi, tie_best, sample_ms, comm_ms, comp_ms, latency_ms, latency_p95_ms, "
     "latency_p99_ms, latency_std_ms, e2e_ms, comm_comp, size_kb, mem_mb, unique_frac, "
-    "pred_comm_ms, pred_comp_ms, device, threads, torch_version, date, fanouts, "
-    "hidden_channels, precision, base"
+    "cache_nodes, hit_ratio, copied_kb, pred_comm_ms, pred_comp_ms, device, threads, "
+    "torch_version, date, fanouts, hidden_channels, precision, base"
 )
 
 
@@ -47,6 +49,8 @@ def test_schema_matches_docs() -> None:
         "gather_ms",
         "compute_ms",
         "e2e_ms",
+        "hit_ratio",
+        "copied_kb",
         "sampling",
         "sampler_seed",
         "threads",
@@ -90,11 +94,12 @@ def test_interval_columns_round_trip(tmp_path: Path, fake_rows: list[dict[str, A
 def test_older_files_without_interval_columns(
     tmp_path: Path, fake_rows: list[dict[str, Any]]
 ) -> None:
-    old = [c for c in PROFILE_COLUMNS if c not in PROFILE_INTERVAL_COLUMNS]
+    optional = PROFILE_INTERVAL_COLUMNS + CACHE_COLUMNS
+    old = [c for c in PROFILE_COLUMNS if c not in optional]
     pd.DataFrame(fake_rows, columns=old).to_csv(tmp_path / "profiles.csv", index=False)
     df = read_profiles(tmp_path)
     assert list(df.columns) == list(PROFILE_COLUMNS)
-    for column in PROFILE_INTERVAL_COLUMNS:
+    for column in optional:
         assert df[column].isna().all(), column
     # rows without them also write (empty cells) and read back as NaN
     df2 = read_profiles(write_profiles(fake_rows, tmp_path / "again"))
@@ -128,6 +133,8 @@ def test_service_times_round_trip(fake_profiles_dir: Path) -> None:
     df = read_service_times(fake_profiles_dir)
     assert list(df.columns) == list(SERVICE_TIME_COLUMNS)
     assert sorted(df["batch_size"].unique()) == [1, 32, 256, 1024]
+    for column in SERVICE_CACHE_COLUMNS:  # the fixture predates them: empty cells read NaN
+        assert df[column].isna().all(), column
 
 
 def test_write_rejects_missing_columns(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> None:

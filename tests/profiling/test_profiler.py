@@ -297,3 +297,52 @@ def test_only_needs_existing_profiles_and_known_ids(
         profile_dataset(small_store, tiny_repo, tmp_path, only=["sage-random-4x"], **kwargs)
     with pytest.raises(ArtifactError, match="not in the repository: sage-lasso-2x"):
         profile_dataset(small_store, tiny_repo, tmp_path, only=["sage-lasso-2x"], **kwargs)
+
+
+def test_profiles_with_the_planned_feature_cache(
+    small_store: Any, tiny_repo: VariantRepository, profiled: Any, tmp_path: Path
+) -> None:
+    # The caches the server would build (passed explicitly: on the CPU device here): the same
+    # answers, and each validation hit ratio is the one the plan computes for those nodes.
+    from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
+
+    plain_result, plain = profiled
+    wanted = ["sage-full-1x", "sage-random-4x"]
+    manifests = [m for m in tiny_repo.list(small_store.name) if m.variant_id in wanted]
+    planned = [PlannedVariant(m.variant_id, m.in_channels, tuple(m.fanouts)) for m in manifests]
+    plan = plan_cache(small_store, planned, 1, batch_size=TINY.batch_size)
+    write_cache_plan(plan, tmp_path / small_store.name)
+    budget_mb = 0.2 * small_store.num_nodes * small_store.num_features * 4 / 2**20
+    result = profile_dataset(
+        small_store,
+        tiny_repo,
+        tmp_path,
+        batch_size=TINY.batch_size,
+        runs=1,
+        warmup=0,
+        service_runs=1,
+        min_time_s=0.0,
+        calibration=FIXED_RATES,
+        variants=wanted,
+        feature_cache_mb=budget_mb,
+    )
+    for key in [(v, s) for v in wanted for s in ("val", "test")]:
+        assert np.array_equal(result.parts[key][0], plain_result.parts[key][0]), key
+    df = read_profiles(result.path).set_index(["variant", "split"])
+    before = plain.set_index(["variant", "split"])
+    used = 0
+    for m in manifests:
+        row, old = df.loc[(m.variant_id, "val")], before.loc[(m.variant_id, "val")]
+        cached = int(row["cache_nodes"])
+        assert 0 < cached < small_store.num_nodes
+        expected = plan.rankings[tuple(m.fanouts)].hit_ratio(cached)
+        assert 0 < row["hit_ratio"] == pytest.approx(expected, rel=1e-5)
+        assert row["accuracy"] == old["accuracy"]
+        assert (old["cache_nodes"], old["hit_ratio"]) == (0, 0)
+        assert 0 < row["copied_kb"] < old["copied_kb"]
+        used += cached * m.in_channels * 4
+    assert used <= budget_mb * 2**20
+    st = read_service_times(result.service_times_path)
+    assert (st["hit_ratio"] > 0).all() and (st["copied_kb"] >= 0).all()
+    with pytest.raises(ValueError, match=r"feature_cache_mb must be a finite number >= 0"):
+        profile_dataset(small_store, tiny_repo, tmp_path, feature_cache_mb=-1.0)

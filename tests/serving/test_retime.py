@@ -22,9 +22,7 @@ def tiny(monkeypatch: pytest.MonkeyPatch) -> Any:
     return store
 
 
-def test_the_server_retimes_a_curve_of_other_threads_and_says_so(
-    tmp_path: Path, tiny: Any
-) -> None:
+def test_the_server_retimes_a_curve_of_other_threads_and_says_so(tmp_path: Path, tiny: Any) -> None:
     inline = Settings().inline_max_nodes
     other = {**execution_settings("cpu", inline_max_nodes=inline), "threads": 2}
     variants_dir, profiles_dir = write_tiny_repository(tmp_path, tiny, settings=other)

@@ -160,3 +160,47 @@ def test_without_retiming_such_a_variant_is_not_routed_and_says_why(
         )
     )
     assert same.not_routed() == {}
+
+
+def test_feature_caches_are_planned_on_cuda_only_within_the_budget(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    import torch
+    from pydantic import ValidationError
+
+    from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
+    from gnnaas.serving.executor import ExecRequest
+    from gnnaas.serving.registry import _plan_feature_caches
+    from gnnaas.serving.router import default_executor_factory
+
+    stores["tiny"] = store = tiny_store()
+    write_tiny_repository(tmp_path, store)
+    budget_mb = 0.01
+    settings = _settings(tmp_path, device="cpu", feature_cache_mb=budget_mb)
+    ds = VariantRegistry.load(settings).datasets["tiny"]
+    variants = list(ds.variants.values())
+    assert all(v.cache_nodes is None for v in variants)  # the CPU's features are already local
+    # What load does on a GPU, run here: one budget over the variants, nodes in planned order.
+    planned = [PlannedVariant(v.variant_id, v.features_kept, v.fanouts) for v in variants]
+    plan = plan_cache(store, planned, 1, seeds=torch.arange(0, 300, 2), seeds_name="traffic")
+    write_cache_plan(plan, tmp_path / "profiles" / "tiny")
+    _plan_feature_caches([ds], settings)
+    used = 0
+    for v in variants:
+        assert v.cache_nodes is not None and 0 < v.cache_nodes.numel() < store.num_nodes
+        order = plan.rankings[v.fanouts].order
+        assert torch.equal(v.cache_nodes, order[: v.cache_nodes.numel()])
+        used += v.cache_nodes.numel() * v.features_kept * 4
+    assert used <= budget_mb * 2**20
+    # The server's executors hold those rows and answer as without them.
+    build = default_executor_factory("cpu")
+    v = variants[0]
+    cached = build(ds, v)
+    assert cached.path.cache is not None  # type: ignore[attr-defined]
+    assert cached.path.cache.num_cached == v.cache_nodes.numel()  # type: ignore[attr-defined, union-attr]
+    v.cache_nodes = None
+    plain = build(ds, v)
+    requests = [ExecRequest(list(range(0, 300, 7)), output="proba")]
+    assert cached(requests)[0].predictions == plain(requests)[0].predictions
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        _settings(tmp_path, feature_cache_mb=-1)

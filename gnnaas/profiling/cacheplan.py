@@ -1,0 +1,655 @@
+"""Feature-cache planning: which nodes' rows to keep on the device, how many fit, the hit ratio.
+
+A variant's device feature cache (:class:`gnnaas.inference.FeatureCache`) holds the pruned rows of
+the nodes read most often. How often a node's row is read is counted, not guessed: the planning
+seeds (the validation nodes, or recorded traffic) are served in batches of ``batch_size`` through
+the serving sampler of the variant's fanouts (:func:`gnnaas.sampling.serving_sampler`, the
+server's seed and mode) and every row of each batch's ``n_id`` is one read of that node's features
+(:func:`count_reads`, one ``bincount`` per batch). Nodes are cached most read first (ties: the
+node more in-neighbor lists name first, then the lower id); a budget of ``B`` bytes holds
+``B // row_bytes`` of them, with ``row_bytes = features_kept × 4`` for float32, so an 8× variant
+holds 8× the nodes of the 1× model. The *hit ratio* is the reads of the cached nodes over all
+reads, on those seeds: what the profiler measures on the validation split when the cache is the
+planned one.
+
+``by="degree"`` ranks by how many in-neighbor lists name a node instead (its out-degree; the
+in-degree on the undirected graphs gnnaas serves): no sampling, the fallback the server uses for
+a variant whose fanouts have no plan (:func:`degree_ranking`). Its hit ratio in a plan is still
+measured on the seeds' reads.
+
+Files beside the profiles (``profiles/<dataset>/``), written atomically:
+
+- ``cache_plan.csv`` (:data:`CACHE_PLAN_FILE`): one row per variant, :data:`CACHE_PLAN_COLUMNS`;
+- ``cache_ranking.safetensors`` (:data:`CACHE_RANKING_FILE`): per fanouts ``f`` (key
+  ``25_10``), ``order.<f>`` ``[N]`` int64 node ids in caching order and ``reads.<f>`` ``[N]``
+  their reads over the seeds, plus text metadata (graph size, sampler, seeds). The server and
+  the profiler read it (:func:`read_cache_ranking`) to build their caches; never pickled.
+
+One budget across several variants (``GNNAAS_FEATURE_CACHE_MB``) is split by
+:func:`split_budget`: greedily, a step of bytes at a time, to the variant whose hit ratio gains
+most for it, weighted by its traffic share; :func:`assign_cache_nodes` turns the split into node
+ids.
+
+Example:
+    >>> variants = [PlannedVariant("1x", 1433, (25, 10)), PlannedVariant("8x", 179, (25, 10))]
+    >>> plan = plan_cache(store, variants, 2**20, seeds=store.val_idx)  # doctest: +SKIP
+    >>> [(r.variant, r.cached_nodes) for r in plan.rows]  # doctest: +SKIP
+    [('1x', 182), ('8x', 1464)]
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import heapq
+import io
+import logging
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnnaas.typing import PathType
+from gnnaas.utils import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:
+    from gnnaas.data import GraphStore
+
+__all__ = [
+    "CACHE_PLAN_COLUMNS",
+    "CACHE_PLAN_FILE",
+    "CACHE_RANKING_FILE",
+    "CachePlan",
+    "CachePlanRow",
+    "NodeRanking",
+    "PlannedVariant",
+    "assign_cache_nodes",
+    "count_reads",
+    "degree_ranking",
+    "plan_cache",
+    "read_cache_ranking",
+    "split_budget",
+    "write_cache_plan",
+]
+
+_log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+CACHE_PLAN_FILE = "cache_plan.csv"
+CACHE_RANKING_FILE = "cache_ranking.safetensors"
+CACHE_PLAN_COLUMNS: tuple[str, ...] = (
+    "dataset",
+    "variant",
+    "fanouts",
+    "features_kept",
+    "row_bytes",
+    "budget_mb",
+    "cached_nodes",
+    "cached_frac",
+    "hit_ratio",
+    "by",
+    "seeds",
+    "num_seeds",
+    "batch_size",
+    "sampling",
+    "sampler_seed",
+    "date",
+)
+"""Columns of ``cache_plan.csv``: ``fanouts`` as ``25-10``; ``cached_frac`` = cached nodes / all
+nodes; ``hit_ratio`` in [0, 1]; ``seeds`` is ``val`` or the recorded traffic file's name."""
+
+_RANKING_FORMAT = "1"
+_STEPS = 4096  # greedy steps of split_budget: fine enough for any budget, quick in Python
+
+
+@dataclass(frozen=True)
+class PlannedVariant:
+    """What planning needs of a variant.
+
+    Args:
+        variant_id (str): its id (``sage-greedy-8x``, or ``8x`` for a default prune factor).
+        features_kept (int): feature columns it reads (``in_channels``).
+        fanouts (tuple[int, ...]): its serving fanouts, PyG order.
+        element_size (int, optional): bytes per feature value. (default: ``4``, float32)
+    """
+
+    variant_id: str
+    features_kept: int
+    fanouts: tuple[int, ...]
+    element_size: int = 4
+
+    def __post_init__(self) -> None:
+        if self.features_kept < 1 or self.element_size < 1:
+            raise ValueError(
+                f"PlannedVariant {self.variant_id}: features_kept and element_size must be >= 1 "
+                f"(got {self.features_kept}, {self.element_size})"
+            )
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one node's pruned feature row."""
+        return self.features_kept * self.element_size
+
+
+@dataclass(eq=False)
+class NodeRanking:
+    """Nodes in the order a cache takes them, with their reads over the planning seeds.
+
+    Args:
+        order (Tensor): ``[N]`` int64 every node id once, the first to cache first.
+        reads (Tensor): ``[N]`` int64 reads of ``order[i]`` (its weight in :func:`split_budget`).
+    """
+
+    order: Tensor
+    reads: Tensor
+    _curve: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes ranked (``N``)."""
+        return int(self.order.numel())
+
+    @property
+    def curve(self) -> np.ndarray:
+        """``[N + 1]`` int64: reads of the first ``k`` nodes of the order, for each ``k``."""
+        if self._curve is None:
+            self._curve = np.concatenate([[0], np.cumsum(self.reads.numpy(), dtype=np.int64)])
+        return self._curve
+
+    @property
+    def total_reads(self) -> int:
+        """All reads over the seeds."""
+        return int(self.curve[-1])
+
+    def hit_ratio(self, cached_nodes: int) -> float:
+        """Share of the reads that the first ``cached_nodes`` nodes serve, in [0, 1]."""
+        k = min(max(int(cached_nodes), 0), self.num_nodes)
+        total = self.total_reads
+        return float(self.curve[k]) / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class CachePlanRow:
+    """One variant's plan: how many nodes fit in the budget and the hit ratio they give.
+
+    Args:
+        variant (str): the variant id.
+        fanouts (tuple[int, ...]): its fanouts.
+        features_kept (int): its feature columns.
+        row_bytes (int): bytes of one row.
+        cached_nodes (int): rows that fit in the budget (at most every node).
+        hit_ratio (float): reads of the cached nodes / all reads, in [0, 1].
+    """
+
+    variant: str
+    fanouts: tuple[int, ...]
+    features_kept: int
+    row_bytes: int
+    cached_nodes: int
+    hit_ratio: float
+
+
+@dataclass(eq=False)
+class CachePlan:
+    """The outcome of :func:`plan_cache`.
+
+    Args:
+        dataset (str): the graph's name.
+        num_nodes (int): its nodes.
+        num_edges (int): its edges.
+        budget_bytes (int): the budget each variant was planned for (alone).
+        by (str): ``access`` or ``degree``.
+        seeds (str): ``val`` or the recorded traffic's name.
+        num_seeds (int): planning seeds.
+        batch_size (int): seeds per sampled batch.
+        sampling (str): the serving sampler's mode.
+        sampler_seed (int): the serving sampler's seed.
+        rows (list[CachePlanRow]): one per variant, in the order given.
+        rankings (dict[tuple[int, ...], NodeRanking]): the caching order per fanouts.
+        date (str): when it was planned (UTC, ISO 8601).
+    """
+
+    dataset: str
+    num_nodes: int
+    num_edges: int
+    budget_bytes: int
+    by: str
+    seeds: str
+    num_seeds: int
+    batch_size: int
+    sampling: str
+    sampler_seed: int
+    rows: list[CachePlanRow]
+    rankings: dict[tuple[int, ...], NodeRanking]
+    date: str = field(
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+
+    def records(self) -> list[dict[str, Any]]:
+        """The rows of ``cache_plan.csv`` (:data:`CACHE_PLAN_COLUMNS`)."""
+        return [
+            {
+                "dataset": self.dataset,
+                "variant": r.variant,
+                "fanouts": _fanout_text(r.fanouts),
+                "features_kept": r.features_kept,
+                "row_bytes": r.row_bytes,
+                "budget_mb": self.budget_bytes / 2**20,
+                "cached_nodes": r.cached_nodes,
+                "cached_frac": r.cached_nodes / self.num_nodes if self.num_nodes else 0.0,
+                "hit_ratio": r.hit_ratio,
+                "by": self.by,
+                "seeds": self.seeds,
+                "num_seeds": self.num_seeds,
+                "batch_size": self.batch_size,
+                "sampling": self.sampling,
+                "sampler_seed": self.sampler_seed,
+                "date": self.date,
+            }
+            for r in self.rows
+        ]
+
+
+def count_reads(
+    sampler: Any,
+    seeds: Tensor,
+    num_nodes: int,
+    *,
+    batch_size: int = 1024,
+    progress: bool = False,
+) -> Tensor:
+    """How many times each node's feature row is read when ``seeds`` are served.
+
+    The seeds are cut into batches of ``batch_size`` in the order given; each batch is
+    deduplicated (as the server's executor does with a merged batch) and sampled, and every row of
+    its ``n_id`` is one read (a node reached at two depths is read twice; one reached twice at
+    the same depth of a batch, once).
+
+    Args:
+        sampler (Sampler): the serving sampler (anything with ``sample(seeds).n_id``).
+        seeds (Tensor): ``[S]`` int64 node ids (repeats allowed).
+        num_nodes (int): nodes of the graph.
+        batch_size (int, optional): seeds per batch. (default: ``1024``)
+        progress (bool, optional): show a progress bar over batches. (default: ``False``)
+
+    Returns:
+        Tensor: ``[num_nodes]`` int64 reads per node.
+
+    Raises:
+        ValueError: ``batch_size < 1``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"count_reads: batch_size must be >= 1 (got {batch_size})")
+    from tqdm.auto import tqdm
+
+    reads = torch.zeros(num_nodes, dtype=torch.long)
+    batches = torch.split(seeds, batch_size)
+    for batch in tqdm(batches, desc="count reads", unit="batch", disable=not progress):
+        n_id = sampler.sample(torch.unique(batch)).n_id  # [N_s] seeds first
+        reads += torch.bincount(n_id, minlength=num_nodes)
+    return reads
+
+
+def _neighbor_counts(col: Tensor, num_nodes: int) -> Tensor:
+    """``[N]`` int64: in how many in-neighbor lists each node appears."""
+    return torch.bincount(col, minlength=num_nodes)
+
+
+def _rank(primary: Tensor, secondary: Tensor) -> Tensor:
+    """Node ids by ``primary`` descending, then ``secondary`` descending, then id ascending."""
+    order = torch.sort(secondary, descending=True, stable=True).indices
+    return order[torch.sort(primary[order], descending=True, stable=True).indices]
+
+
+def degree_ranking(col: Tensor, num_nodes: int) -> NodeRanking:
+    """The no-sampling fallback: nodes by how many in-neighbor lists name them.
+
+    Args:
+        col (Tensor): ``[E]`` the CSR's in-neighbors (``store.col``).
+        num_nodes (int): nodes of the graph.
+
+    Returns:
+        NodeRanking: the order, with the neighbor counts as reads (a proxy of the traffic).
+    """
+    counts = _neighbor_counts(col, num_nodes)
+    order = _rank(counts, torch.zeros_like(counts))
+    return NodeRanking(order, counts[order])
+
+
+def _fanout_text(fanouts: Sequence[int]) -> str:
+    return "-".join(str(int(f)) for f in fanouts)
+
+
+def _fanout_key(fanouts: Sequence[int]) -> str:
+    return "_".join(str(int(f)) for f in fanouts)
+
+
+def plan_cache(
+    store: GraphStore,
+    variants: Sequence[PlannedVariant],
+    budget_bytes: int,
+    *,
+    seeds: Tensor | None = None,
+    seeds_name: str = "val",
+    by: Literal["access", "degree"] = "access",
+    batch_size: int = 1024,
+    sampler_seed: int = 0,
+    sampling: str = "depth",
+    progress: bool = False,
+) -> CachePlan:
+    """Plans each variant's cache for ``budget_bytes`` of device memory (each alone).
+
+    Args:
+        store (GraphStore): the graph (``rowptr``, ``col``, ``val_idx``).
+        variants (Sequence[PlannedVariant]): the variants to plan for.
+        budget_bytes (int): device bytes for one variant's rows.
+        seeds (Tensor, optional): ``[S]`` planning seeds (recorded traffic). (default: ``None``:
+            ``store.val_idx``)
+        seeds_name (str, optional): what the seeds are, for the table. (default: ``"val"``)
+        by (str, optional): ``access``: most read first; ``degree``: named by the most
+            in-neighbor lists first. (default: ``"access"``)
+        batch_size (int, optional): seeds per sampled batch. (default: ``1024``)
+        sampler_seed (int, optional): the server's ``GNNAAS_SEED``. (default: ``0``)
+        sampling (str, optional): the server's ``GNNAAS_SAMPLING``. (default: ``"depth"``)
+        progress (bool, optional): show progress bars while counting. (default: ``False``)
+
+    Returns:
+        CachePlan: one row per variant and the caching order per distinct fanouts.
+
+    Raises:
+        ValueError: no variants, ``budget_bytes < 1``, an unknown ``by``, or no seeds.
+    """
+    from gnnaas.sampling import serving_sampler
+
+    if not variants:
+        raise ValueError("plan_cache: variants must name at least one variant (got none)")
+    if isinstance(budget_bytes, bool) or int(budget_bytes) < 1:
+        raise ValueError(f"plan_cache: budget_bytes must be >= 1 (got {budget_bytes!r})")
+    if by not in ("access", "degree"):
+        raise ValueError(f"plan_cache: by must be 'access' or 'degree' (got {by!r})")
+    seeds = store.val_idx if seeds is None else seeds
+    if seeds.numel() == 0:
+        raise ValueError(f"plan_cache: no planning seeds ({seeds_name} of {store.name} is empty)")
+    num_nodes = int(store.num_nodes)
+    neighbor_counts = _neighbor_counts(store.col, num_nodes)
+    rankings: dict[tuple[int, ...], NodeRanking] = {}
+    for fanouts in dict.fromkeys(tuple(int(f) for f in v.fanouts) for v in variants):
+        sampler = serving_sampler(
+            store.rowptr, store.col, fanouts, seed=sampler_seed, mode=sampling
+        )
+        reads = count_reads(sampler, seeds, num_nodes, batch_size=batch_size, progress=progress)
+        if by == "access":
+            order = _rank(reads, neighbor_counts)
+        else:
+            order = _rank(neighbor_counts, torch.zeros_like(neighbor_counts))
+        rankings[fanouts] = NodeRanking(order, reads[order])
+    rows = []
+    for v in variants:
+        ranking = rankings[tuple(int(f) for f in v.fanouts)]
+        cached = min(int(budget_bytes) // v.row_bytes, num_nodes)
+        rows.append(
+            CachePlanRow(
+                v.variant_id,
+                tuple(v.fanouts),
+                v.features_kept,
+                v.row_bytes,
+                cached,
+                ranking.hit_ratio(cached),
+            )
+        )
+    return CachePlan(
+        dataset=store.name,
+        num_nodes=num_nodes,
+        num_edges=int(store.num_edges),
+        budget_bytes=int(budget_bytes),
+        by=by,
+        seeds=seeds_name,
+        num_seeds=int(seeds.numel()),
+        batch_size=batch_size,
+        sampling=sampling,
+        sampler_seed=sampler_seed,
+        rows=rows,
+        rankings=rankings,
+    )
+
+
+def write_cache_plan(plan: CachePlan, folder: PathType) -> tuple[Path, Path]:
+    """Writes ``cache_plan.csv`` and ``cache_ranking.safetensors`` into ``folder``, atomically.
+
+    Args:
+        plan (CachePlan): what :func:`plan_cache` returned.
+        folder (str or PathLike): ``profiles/<dataset>``.
+
+    Returns:
+        tuple[Path, Path]: the table and the ranking file.
+    """
+    import pandas as pd
+    from safetensors.torch import save
+
+    folder = Path(folder)
+    buf = io.StringIO()
+    frame = pd.DataFrame.from_records(plan.records(), columns=list(CACHE_PLAN_COLUMNS))
+    frame.to_csv(buf, index=False, float_format="%.6g", lineterminator="\n")
+    table = folder / CACHE_PLAN_FILE
+    atomic_write_text(table, buf.getvalue())
+    tensors: dict[str, Tensor] = {}
+    for fanouts, ranking in plan.rankings.items():
+        key = _fanout_key(fanouts)
+        tensors[f"order.{key}"] = ranking.order.contiguous()
+        tensors[f"reads.{key}"] = ranking.reads.contiguous()
+    metadata = {
+        "format": _RANKING_FORMAT,
+        "dataset": plan.dataset,
+        "num_nodes": str(plan.num_nodes),
+        "num_edges": str(plan.num_edges),
+        "by": plan.by,
+        "seeds": plan.seeds,
+        "num_seeds": str(plan.num_seeds),
+        "batch_size": str(plan.batch_size),
+        "sampling": plan.sampling,
+        "sampler_seed": str(plan.sampler_seed),
+        "date": plan.date,
+    }
+    ranking_path = folder / CACHE_RANKING_FILE
+    atomic_write_bytes(ranking_path, save(tensors, metadata=metadata))
+    return table, ranking_path
+
+
+def read_cache_ranking(
+    folder: PathType,
+    fanouts: Sequence[int],
+    *,
+    num_nodes: int,
+    num_edges: int,
+    sampler_seed: int = 0,
+    sampling: str = "depth",
+) -> tuple[NodeRanking | None, str]:
+    """The planned caching order for ``fanouts``, if ``folder`` holds one for this graph.
+
+    Args:
+        folder (str or PathLike): ``profiles/<dataset>``.
+        fanouts (Sequence[int]): the variant's fanouts.
+        num_nodes (int): nodes of the served graph.
+        num_edges (int): edges of the served graph.
+        sampler_seed (int, optional): the server's sampler seed. (default: ``0``)
+        sampling (str, optional): the server's sampler mode. (default: ``"depth"``)
+
+    Returns:
+        tuple[NodeRanking | None, str]: the ranking and where it comes from, or ``None`` and
+        why there is none (no file, another graph or sampler, no plan for these fanouts).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(folder) / CACHE_RANKING_FILE
+    if not path.is_file():
+        return None, f"no {CACHE_RANKING_FILE} in {path.parent}"
+    key = _fanout_key(fanouts)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            expected = {
+                "format": _RANKING_FORMAT,
+                "num_nodes": str(num_nodes),
+                "num_edges": str(num_edges),
+                "sampling": sampling,
+                "sampler_seed": str(sampler_seed),
+            }
+            stale = [k for k, v in expected.items() if meta.get(k) != v]
+            if stale:
+                return None, f"{path} was planned for another graph or sampler ({', '.join(stale)})"
+            if f"order.{key}" not in f.keys():  # safe_open has no __contains__
+                return None, f"{path} has no plan for fanouts {_fanout_text(fanouts)}"
+            order, reads = f.get_tensor(f"order.{key}"), f.get_tensor(f"reads.{key}")
+    except (OSError, SafetensorError) as exc:
+        return None, f"{path} is unreadable ({exc})"
+    if order.shape != (num_nodes,) or reads.shape != (num_nodes,):
+        return None, f"{path} holds a ranking of another size"
+    return NodeRanking(order.long(), reads.long()), f"{path} (by {meta.get('by', '?')})"
+
+
+def _hits(ranking: NodeRanking, row_bytes: int, nbytes: float) -> float:
+    """Reads served by ``nbytes`` of cache, with a partly filled last row counted pro rata (so
+    the gain of a step smaller than a row is not 0)."""
+    rows = nbytes / row_bytes
+    k = min(int(rows), ranking.num_nodes)
+    curve = ranking.curve
+    if k >= ranking.num_nodes:
+        return float(curve[-1])
+    return float(curve[k]) + (rows - k) * float(curve[k + 1] - curve[k])
+
+
+def split_budget(
+    budget_bytes: int,
+    variants: Mapping[K, tuple[NodeRanking, int]],
+    shares: Mapping[K, float] | None = None,
+    *,
+    step_bytes: int | None = None,
+) -> dict[K, int]:
+    """Splits one device budget over several variants' caches.
+
+    Greedy by marginal hit gain: the budget is handed out a step at a time, each step to the
+    variant whose hit ratio (reads of its cached nodes / its reads) rises most for it, weighted
+    by its traffic share. A variant's hit-ratio curve is concave when its nodes are cached most
+    read first, so the greedy split is the best one for the planned reads. Bytes no variant gains
+    from any more (every read node cached) are spread by share.
+
+    Args:
+        budget_bytes (int): the whole budget (``GNNAAS_FEATURE_CACHE_MB`` in bytes).
+        variants (Mapping[K, tuple[NodeRanking, int]]): per variant, its caching order and its
+            row bytes.
+        shares (Mapping[K, float], optional): traffic share per variant (any non-negative
+            weights; normalized). (default: ``None``: equal shares)
+        step_bytes (int, optional): bytes per greedy step. (default: ``None``: the budget / 4096,
+            rounded up)
+
+    Returns:
+        dict[K, int]: bytes per variant, in the order of ``variants``; they add up to
+        ``budget_bytes`` exactly.
+
+    Raises:
+        ValueError: a negative budget, a row of less than a byte, a share that is negative or
+            not finite, shares for unknown variants or summing to 0, or ``step_bytes < 1``.
+
+    Example:
+        >>> a = NodeRanking(torch.arange(2), torch.tensor([3, 1]))
+        >>> split_budget(8, {"1x": (a, 4), "8x": (a, 1)}, step_bytes=1)
+        {'1x': 6, '8x': 2}
+    """
+    if isinstance(budget_bytes, bool) or int(budget_bytes) < 0:
+        raise ValueError(f"split_budget: budget_bytes must be >= 0 (got {budget_bytes!r})")
+    budget = int(budget_bytes)
+    keys = list(variants)
+    if not keys:
+        return {}
+    for key, (_, row_bytes) in variants.items():
+        if row_bytes < 1:
+            raise ValueError(f"split_budget: row bytes of {key!r} must be >= 1 (got {row_bytes})")
+    weights = _shares(keys, shares)
+    step = step_bytes if step_bytes is not None else max(1, math.ceil(budget / _STEPS))
+    if step < 1:
+        raise ValueError(f"split_budget: step_bytes must be >= 1 (got {step_bytes})")
+    given = dict.fromkeys(keys, 0)
+
+    def gain(i: int, nbytes: int) -> float:
+        ranking, row_bytes = variants[keys[i]]
+        total = ranking.total_reads
+        if not total or not weights[i]:
+            return 0.0
+        now = given[keys[i]]
+        more = _hits(ranking, row_bytes, now + nbytes) - _hits(ranking, row_bytes, now)
+        return weights[i] * more / total
+
+    # Max-heap of (-gain of the next full step, variant index); only the chosen one changes.
+    heap = [(-gain(i, step), i) for i in range(len(keys))]
+    heapq.heapify(heap)
+    left = budget
+    while left > 0:
+        best, i = heap[0]
+        if best >= 0.0:
+            break  # nothing gains any more
+        nbytes = min(step, left)
+        given[keys[i]] += nbytes
+        left -= nbytes
+        heapq.heapreplace(heap, (-gain(i, step), i))
+    if left:
+        for key, extra in zip(keys, _spread(left, weights), strict=True):
+            given[key] += extra
+    return given
+
+
+def _shares(keys: list[K], shares: Mapping[K, float] | None) -> list[float]:
+    if shares is None:
+        return [1.0 / len(keys)] * len(keys)
+    unknown = [k for k in shares if k not in set(keys)]
+    if unknown:
+        raise ValueError(f"split_budget: shares name unknown variants {unknown!r}")
+    values = [float(shares.get(k, 0.0)) for k in keys]
+    if any(not math.isfinite(v) or v < 0 for v in values) or sum(values) <= 0:
+        raise ValueError(
+            f"split_budget: shares must be finite, >= 0 and not all 0 (got {dict(shares)!r})"
+        )
+    total = sum(values)
+    return [v / total for v in values]
+
+
+def _spread(nbytes: int, weights: list[float]) -> list[int]:
+    """``nbytes`` in integer parts proportional to ``weights`` (largest remainders first)."""
+    exact = [nbytes * w for w in weights]
+    parts = [int(math.floor(e)) for e in exact]
+    short = nbytes - sum(parts)
+    by_remainder = sorted(range(len(parts)), key=lambda i: (parts[i] - exact[i], i))
+    for i in by_remainder[:short]:
+        parts[i] += 1
+    return parts
+
+
+def assign_cache_nodes(
+    budget_bytes: int,
+    variants: Mapping[K, tuple[NodeRanking, int]],
+    shares: Mapping[K, float] | None = None,
+) -> dict[K, Tensor]:
+    """The node ids each variant keeps on the device under one shared budget.
+
+    Args:
+        budget_bytes (int): the whole budget.
+        variants (Mapping[K, tuple[NodeRanking, int]]): per variant, its caching order and its
+            row bytes.
+        shares (Mapping[K, float], optional): traffic shares. (default: ``None``: equal)
+
+    Returns:
+        dict[K, Tensor]: per variant, ``[K_v]`` int64 node ids (its first ``bytes // row_bytes``
+        nodes, at most all); variants given less than a row are left out.
+    """
+    split = split_budget(budget_bytes, variants, shares)
+    nodes: dict[K, Tensor] = {}
+    for key, nbytes in split.items():
+        ranking, row_bytes = variants[key]
+        count = min(nbytes // row_bytes, ranking.num_nodes)
+        if count:
+            nodes[key] = ranking.order[:count].clone()
+    return nodes
