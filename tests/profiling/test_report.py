@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,16 @@ def test_write_report(fake_profiles_dir: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert f"]({name})" in text
     assert "no accuracy intervals" in text  # this older profile has none: said, not hidden
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_report_and_tables_are_readable_by_others(
+    fake_profiles_dir: Path, fake_rows: list[dict[str, Any]]
+) -> None:
+    write_profiles(fake_rows, fake_profiles_dir)  # rewritten under umask 022
+    report = write_report(fake_profiles_dir)
+    for path in (report, fake_profiles_dir / "profiles.csv", fake_profiles_dir / PLOT_FILES[0]):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name  # not mkstemp's 0600
 
 
 def _links(text: str) -> list[str]:
