@@ -366,3 +366,11 @@ def test_generate_from_a_pyg_model_then_add_and_profile_one_variant(
     assert f"is outside [0, {f})" in _one_error_line(capsys)
     assert main(["-q", "generate", *out, "--out", variants, "--from-model", "x.safetensors"]) == 1
     assert "--from-model and --model-config go together" in _one_error_line(capsys)
+
+
+def test_report_checks_its_tie_margin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["report", "--dataset", "Cora", "--profiles", str(tmp_path), "--tie-margin", "-1"]
+    assert main(args) == 1
+    assert _one_error_line(capsys) == (
+        "ConfigError: report: --tie-margin must be a number in [0, 10], as the server's (got '-1')"
+    )
