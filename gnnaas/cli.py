@@ -378,9 +378,20 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     _start(args)
+    from gnnaas.profiling.frontier import ROUTER_TIE_MARGIN
     from gnnaas.profiling.report import write_report
 
-    path = write_report(Path(_profiles_dir(args.profiles)) / args.dataset)
+    margin = _env_default(args.tie_margin, "GNNAAS_TIE_MARGIN", str(ROUTER_TIE_MARGIN))
+    bad = ConfigError(
+        f"report: --tie-margin must be a number in [0, 10], as the server's (got {margin!r})"
+    )
+    try:
+        tie_margin = float(margin)
+    except ValueError:
+        raise bad from None
+    if not 0 <= tie_margin <= 10:  # also rejects NaN
+        raise bad
+    path = write_report(Path(_profiles_dir(args.profiles)) / args.dataset, tie_margin=tie_margin)
     print(f"report -> {path}")
     return 0
 
@@ -1162,6 +1173,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True, help="dataset name (see `gnnaas datasets`)")
     p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
+    p.add_argument(
+        "--tie-margin",
+        default=None,
+        help="the router's tie margin the report's picks are made with, as the server's "
+        "GNNAAS_TIE_MARGIN (default: $GNNAAS_TIE_MARGIN or 0.1, the server's default)",
+    )
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(

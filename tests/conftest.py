@@ -50,3 +50,13 @@ def small_store():  # type: ignore[no-untyped-def]
     from gnnaas.data import load_dataset
 
     return load_dataset("synth-small", seed=0)
+
+
+@pytest.fixture
+def umask_022():  # type: ignore[no-untyped-def]
+    """The usual umask 022 for one test (files written by gnnaas should then be 0644)."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)

@@ -457,3 +457,11 @@ def test_cache_plan_unknown_dataset_is_one_line(capsys: pytest.CaptureFixture[st
     assert main(["cache-plan", "--dataset", "Coraa", "--budget-mb", "1"]) == 1
     line = _one_error_line(capsys)
     assert line.startswith("ConfigError:") and "Coraa" in line
+
+
+def test_report_checks_its_tie_margin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["report", "--dataset", "Cora", "--profiles", str(tmp_path), "--tie-margin", "-1"]
+    assert main(args) == 1
+    assert _one_error_line(capsys) == (
+        "ConfigError: report: --tie-margin must be a number in [0, 10], as the server's (got '-1')"
+    )

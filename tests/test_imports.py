@@ -19,7 +19,9 @@ FORBIDDEN = [
     "gnnaas.variants.pipeline",
     "gnnaas.profiling.profiler",
     "gnnaas.profiling.report",
+    "gnnaas.profiling.frontier",
     "gnnaas.profiling.plots",
+    "gnnaas.profiling.frontier_plots",
     "matplotlib",
 ]
 

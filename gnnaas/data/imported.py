@@ -25,6 +25,7 @@ from gnnaas.data.splits import choose_split
 from gnnaas.data.store import GraphStore
 from gnnaas.errors import ConfigError
 from gnnaas.typing import PathType
+from gnnaas.utils import new_file_mode
 
 __all__ = [
     "IMPORTED_SOURCE",
@@ -241,6 +242,7 @@ def write_imported(
     tmp.mkdir()
     try:
         save_file(tensors, str(tmp / STORE_FILE), metadata=meta)
+        os.chmod(tmp / STORE_FILE, new_file_mode())  # safetensors writes 0600
         with open(tmp / STORE_FILE, "rb") as f:
             os.fsync(f.fileno())  # the data is on disk before the rename makes it visible
         if final.exists():

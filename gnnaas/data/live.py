@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
+from gnnaas.utils import new_file_mode
 
 __all__ = [
     "WriteTooLarge",
@@ -784,6 +785,7 @@ def compact(store: Any, state_dir: Path | str) -> dict[str, Any]:
             str(tmp),
             metadata={"version": str(graph.version), "dataset": store.name},
         )
+        os.chmod(tmp, new_file_mode())  # safetensors writes 0600
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, folder / "snapshot.safetensors")

@@ -25,6 +25,7 @@ from torch import Tensor
 from gnnaas.data.splits import choose_split
 from gnnaas.data.store import GraphStore, edge_index_to_csr
 from gnnaas.errors import ConfigError
+from gnnaas.utils import new_file_mode
 
 __all__ = ["REAL_DATASETS", "RealDataset", "load_real"]
 
@@ -274,6 +275,7 @@ def _write_cache(path: Path, tensors: dict[str, Tensor], fingerprint: str) -> No
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(tmp), metadata={"fingerprint": fingerprint})
+        os.chmod(tmp, new_file_mode())  # safetensors writes 0600
         os.replace(tmp, path)
     except OSError as exc:  # a full or read-only cache only costs a re-read next time
         _log.warning("could not cache %s: %s", path, exc)

@@ -39,6 +39,7 @@ from torch import Tensor
 from gnnaas.data.splits import stratified_split
 from gnnaas.data.store import GraphStore
 from gnnaas.errors import ConfigError
+from gnnaas.utils import new_file_mode
 
 __all__ = [
     "GENERATOR_VERSION",
@@ -512,6 +513,7 @@ def _write_cached(path: Path, store: GraphStore, cfg: SyntheticConfig, seed: int
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(tmp), metadata=meta)
+        os.chmod(tmp, new_file_mode())  # safetensors writes 0600
         os.replace(tmp, path)
     except OSError as exc:  # a full or read-only cache only costs a rebuild next time
         _log.warning("could not cache %s in %s: %s", store.name, path.parent, exc)

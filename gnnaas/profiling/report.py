@@ -1,26 +1,28 @@
 """The profile report: ``profiles/<dataset>/report.md`` and seven PNG plots.
 
-The report reads ``profiles.csv`` only (never the variants), so it can be rebuilt anywhere the
-table is. Its sections follow the profile definitions of ARCHITECTURE.md §5:
+The report reads ``profiles.csv`` and ``service_times.csv`` only (never the variants), so it can
+be rebuilt anywhere the tables are. Its sections follow the profile definitions of
+ARCHITECTURE.md §5:
 
-1. the variant table per architecture (prune, accuracy with its 95% interval, latency,
-   comm/comp, size, memory) and ``latency_breakdown.png`` (comm and comp of every variant);
+1. the variant table per architecture (axes, accuracy with its 95% interval and paired interval
+   width, latency, service times, comm/comp, size, memory, what dominates it) and
+   ``latency_breakdown.png`` (comm and comp of every variant);
 2. accuracy with its uncertainty: every variant's accuracy interval and paired difference to the
    most accurate variant (``accuracy_intervals.png``);
-3. latency under accuracy tolerance: per tolerance the variant the rule of
-   :mod:`gnnaas.profiling.uncertainty` picks on the validation split and its loss measured on the
-   test split (``tolerance.png``);
-4. accuracy vs latency with the Pareto front (``pareto.png``);
+3. the router's pick per accuracy tolerance and request size, made by the router's own rule
+   (:mod:`gnnaas.profiling.frontier`), and its loss measured on the test split
+   (``tolerance.png``);
+4. the frontier: how many variants are profiled and how many the router decides among, accuracy
+   vs predicted service time (``pareto.png``);
 5. the ranking comparison: 4× accuracy of greedy and lasso minus random (``rankings.png``);
 6. validation profile vs test results (``val_vs_test.png``), naming the variants whose accuracies
-   differ by more than :data:`VAL_TEST_TOLERANCE` points and why;
+   differ by more than :data:`~gnnaas.profiling.analysis.VAL_TEST_TOLERANCE` points and why;
 7. predicted vs measured comm and comp (``perfmodel.png``), with what the calibration covers.
 
 Generated text links only to files written next to ``report.md`` (the plots), so every link
-resolves wherever the profiles folder lives.
-
-The analysis helpers (:func:`tolerance_table`, :func:`pareto_front`, :func:`ranking_gaps`,
-:func:`val_test_gaps`) are plain pandas and tested on their own.
+resolves wherever the profiles folder lives. The tables behind the text are in
+:mod:`gnnaas.profiling.analysis` and :mod:`gnnaas.profiling.frontier`, the figures in
+:mod:`gnnaas.profiling.plots` and :mod:`gnnaas.profiling.frontier_plots`.
 
 Example:
     >>> write_report("profiles/Cora")  # doctest: +SKIP
@@ -37,32 +39,32 @@ from pathlib import Path
 import pandas as pd
 
 from gnnaas.errors import ArtifactError
+from gnnaas.profiling.analysis import (
+    VAL_TEST_TOLERANCE,
+    display_order,
+    paired_width,
+    perfmodel_caption,
+    ranking_gaps,
+    val_test_gaps,
+)
+from gnnaas.profiling.frontier import (
+    REQUEST_SIZES,
+    ROUTER_TIE_MARGIN,
+    RouterView,
+    frontier_table,
+    read_router_view,
+    tolerance_table,
+)
 from gnnaas.profiling.table import PROFILES_FILE, read_profiles
-from gnnaas.profiling.uncertainty import TIE_MARGIN, admissible
+from gnnaas.profiling.uncertainty import TIE_MARGIN
 from gnnaas.typing import PathType
 from gnnaas.utils import atomic_write_text
 
-__all__ = [
-    "PLOT_FILES",
-    "REPORT_FILE",
-    "TOLERANCES",
-    "VAL_TEST_TOLERANCE",
-    "pareto_front",
-    "perfmodel_caption",
-    "perfmodel_ratios",
-    "ranking_gaps",
-    "tolerance_table",
-    "val_test_gaps",
-    "write_report",
-]
+__all__ = ["PLOT_FILES", "REPORT_FILE", "write_report"]
 
 _log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.md"
-TOLERANCES: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0)
-"""Accuracy tolerances (points) of the tolerance table and plot."""
-VAL_TEST_TOLERANCE = 3.0
-"""Validation and test accuracy may differ by this many points before the report flags it."""
 PLOT_FILES: tuple[str, ...] = (
     "latency_breakdown.png",
     "accuracy_intervals.png",
@@ -73,210 +75,6 @@ PLOT_FILES: tuple[str, ...] = (
     "perfmodel.png",
 )
 """The seven plots, in report order."""
-
-_RANKING_ORDER = {"full": 0, "random": 1, "greedy": 2, "lasso": 3}
-
-
-def _sorted(df: pd.DataFrame) -> pd.DataFrame:
-    key = df["ranking"].map(_RANKING_ORDER).fillna(9)
-    return df.assign(_r=key).sort_values(["arch", "prune", "_r"]).drop(columns="_r")
-
-
-def _has_intervals(val: pd.DataFrame, baseline: str) -> bool:
-    """Whether ``val``'s paired columns are differences to ``baseline`` (usable by the rule)."""
-    columns = ("diff_best", "diff_best_lo", "diff_best_hi", "best_variant")
-    if any(c not in val.columns for c in columns):
-        return False
-    return bool(val["diff_best_lo"].notna().all() and (val["best_variant"] == baseline).all())
-
-
-def _loss_interval(row: pd.Series) -> tuple[float, float]:
-    """``(lo, hi)`` of the loss ``-diff_best`` of a row with paired columns (else NaN)."""
-    lo, hi = row.get("diff_best_hi", math.nan), row.get("diff_best_lo", math.nan)
-    return -float(lo), -float(hi)
-
-
-def tolerance_table(
-    val: pd.DataFrame,
-    tolerances: Sequence[float] = TOLERANCES,
-    *,
-    test: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """The fastest admissible variant per tolerance, and its loss on the test split.
-
-    The baseline is the most accurate variant of ``val`` (ties: the faster). A variant is
-    admissible under tolerance ``N`` by :func:`gnnaas.profiling.uncertainty.admissible`: its
-    paired loss interval against the baseline overlaps ``[0, N]`` and its upper end is at most
-    ``N + TIE_MARGIN``. That needs the paired columns (``diff_best``, ``diff_best_lo``,
-    ``diff_best_hi``) measured against this baseline; otherwise (older profiles, or a subset
-    of variants whose best is not the split's best) the point rule ``loss <= N`` applies and
-    ``rule`` says so. The pick is the lowest-latency admissible variant (ties: the more accurate).
-
-    Args:
-        val (pandas.DataFrame): one row per variant (the validation profile).
-        tolerances (Sequence[float], optional): in accuracy points. (default: :data:`TOLERANCES`)
-        test (pandas.DataFrame, optional): the test rows, to measure each pick's test loss.
-
-    Returns:
-        pandas.DataFrame: per tolerance the baseline, the pick, its accuracy, latency,
-        ``relative_latency`` (pick latency / baseline latency), ``rule``, the validation loss
-        ``val_loss`` with ``val_loss_lo``/``val_loss_hi``; with ``test``: ``test_loss``
-        (baseline's test accuracy minus the pick's), ``test_best`` (the most accurate variant on
-        the test split among ``val``'s), ``test_loss_vs_best`` with its paired interval
-        ``test_loss_lo``/``test_loss_hi`` (NaN unless the test rows carry paired columns
-        against that variant).
-    """
-    if val.empty:
-        raise ValueError("tolerance_table: no variants (got an empty table)")
-    base = val.sort_values(["accuracy", "latency_ms"], ascending=[False, True]).iloc[0]
-    paired = _has_intervals(val, str(base["variant"]))
-    diff = val["diff_best"] if paired else val["accuracy"] - base["accuracy"]
-    lo = val["diff_best_lo"] if paired else pd.Series(math.nan, index=val.index)
-    hi = val["diff_best_hi"] if paired else pd.Series(math.nan, index=val.index)
-    test_acc: pd.Series | None = None
-    test_best = None
-    if test is not None and not test.empty:
-        tests = test[test["variant"].isin(val["variant"])].set_index("variant")
-        test_acc = tests["accuracy"]
-        if not test_acc.empty:
-            test_best = str(test_acc.idxmax())
-    rows = []
-    for tol in tolerances:
-        ok = [
-            admissible(float(d), float(a), float(b), float(tol))
-            for d, a, b in zip(diff, lo, hi, strict=True)
-        ]
-        within = val[ok] if any(ok) else val[val["variant"] == base["variant"]]
-        pick = within.sort_values(["latency_ms", "accuracy"], ascending=[True, False]).iloc[0]
-        loss_lo, loss_hi = _loss_interval(pick) if paired else (math.nan, math.nan)
-        row = {
-            "tolerance": float(tol),
-            "baseline": base["variant"],
-            "baseline_accuracy": float(base["accuracy"]),
-            "baseline_latency_ms": float(base["latency_ms"]),
-            "variant": pick["variant"],
-            "accuracy": float(pick["accuracy"]),
-            "latency_ms": float(pick["latency_ms"]),
-            "relative_latency": float(pick["latency_ms"] / base["latency_ms"]),
-            "rule": "paired interval" if paired else "point estimate",
-            "val_loss": float(base["accuracy"] - pick["accuracy"]),
-            "val_loss_lo": loss_lo,
-            "val_loss_hi": loss_hi,
-        }
-        if test is not None:
-            row.update(_test_losses(test, test_acc, test_best, base["variant"], pick["variant"]))
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _test_losses(
-    test: pd.DataFrame,
-    test_acc: pd.Series | None,
-    test_best: str | None,
-    baseline: str,
-    pick: str,
-) -> dict[str, object]:
-    nan = math.nan
-    if test_acc is None or pick not in test_acc.index:
-        return {
-            "test_loss": nan,
-            "test_best": test_best,
-            "test_loss_vs_best": nan,
-            "test_loss_lo": nan,
-            "test_loss_hi": nan,
-        }
-    acc = float(test_acc[pick])
-    base_acc = float(test_acc[baseline]) if baseline in test_acc.index else nan
-    best_acc = float(test_acc[test_best]) if test_best is not None else nan
-    loss_lo = loss_hi = nan
-    row = test[test["variant"] == pick].iloc[0]
-    if "best_variant" in test.columns and row.get("best_variant") == test_best:
-        loss_lo, loss_hi = _loss_interval(row)
-    return {
-        "test_loss": base_acc - acc,
-        "test_best": test_best,
-        "test_loss_vs_best": best_acc - acc,
-        "test_loss_lo": loss_lo,
-        "test_loss_hi": loss_hi,
-    }
-
-
-def pareto_front(val: pd.DataFrame) -> pd.DataFrame:
-    """Variants no other variant beats on both accuracy (higher) and latency (lower).
-
-    Args:
-        val (pandas.DataFrame): one row per variant with ``accuracy`` and ``latency_ms``.
-
-    Returns:
-        pandas.DataFrame: the front, sorted by latency.
-    """
-    ordered = val.sort_values(["latency_ms", "accuracy"], ascending=[True, False])
-    keep, best = [], -math.inf
-    for index, row in ordered.iterrows():
-        if row["accuracy"] > best:
-            keep.append(index)
-            best = row["accuracy"]
-    return ordered.loc[keep]
-
-
-def ranking_gaps(df: pd.DataFrame, *, split: str = "test") -> pd.DataFrame:
-    """Accuracy of greedy and lasso minus random, per architecture and prune factor.
-
-    Args:
-        df (pandas.DataFrame): the profile table (all splits).
-        split (str, optional): which accuracy to compare. (default: ``"test"``)
-
-    Returns:
-        pandas.DataFrame: columns ``arch, prune, random, greedy, lasso, greedy_gain,
-        lasso_gain`` (accuracy points; NaN where a variant is missing).
-    """
-    part = df[(df["split"] == split) & (df["ranking"].isin(["random", "greedy", "lasso"]))]
-    if part.empty:
-        return pd.DataFrame(
-            columns=["arch", "prune", "random", "greedy", "lasso", "greedy_gain", "lasso_gain"]
-        )
-    wide = part.pivot_table(index=["arch", "prune"], columns="ranking", values="accuracy")
-    for ranking in ("random", "greedy", "lasso"):
-        if ranking not in wide.columns:
-            wide[ranking] = float("nan")
-    wide = wide[["random", "greedy", "lasso"]].reset_index()
-    wide.columns.name = None
-    wide["greedy_gain"] = wide["greedy"] - wide["random"]
-    wide["lasso_gain"] = wide["lasso"] - wide["random"]
-    return wide
-
-
-def val_test_gaps(df: pd.DataFrame) -> pd.DataFrame:
-    """Validation vs test accuracy per variant, with the sampling noise of each split.
-
-    The standard error of a split's accuracy is ``accuracy_std / sqrt(num_batches)`` (the
-    profiler's ``accuracy_std`` of a one-batch split already is that batch's binomial standard
-    error); ``z`` is the gap over the standard error of the difference.
-
-    Args:
-        df (pandas.DataFrame): the profile table (both splits).
-
-    Returns:
-        pandas.DataFrame: ``variant, val, test, gap, se, z, flagged`` where ``flagged`` marks
-        ``|gap| > VAL_TEST_TOLERANCE``.
-    """
-    cols = ["variant", "accuracy", "accuracy_std", "num_batches"]
-    val = df[df["split"] == "val"][cols].set_index("variant")
-    test = df[df["split"] == "test"][cols].set_index("variant")
-    both = val.add_suffix("_val").join(test.add_suffix("_test"), how="inner")
-    se_val = both["accuracy_std_val"] / both["num_batches_val"].clip(lower=1) ** 0.5
-    se_test = both["accuracy_std_test"] / both["num_batches_test"].clip(lower=1) ** 0.5
-    out = pd.DataFrame(
-        {
-            "val": both["accuracy_val"],
-            "test": both["accuracy_test"],
-            "gap": both["accuracy_val"] - both["accuracy_test"],
-            "se": (se_val**2 + se_test**2) ** 0.5,
-        }
-    )
-    out["z"] = out["gap"].abs() / out["se"].where(out["se"] > 0)
-    out["flagged"] = out["gap"].abs() > VAL_TEST_TOLERANCE
-    return out.reset_index()
 
 
 def _resolve_dir(profiles_dir: PathType) -> Path:
@@ -322,28 +120,65 @@ def _with_interval(value: float, lo: float, hi: float, digits: int = 1) -> str:
     return f"{value:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def _variant_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
+def _text(value: object) -> str:
+    """A table cell of text or a whole number; ``–`` where empty."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)) or value == "":
+        return "–"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
+
+
+def _variant_section(
+    val: pd.DataFrame, test: pd.DataFrame, frontier: pd.DataFrame, view: RouterView
+) -> list[str]:
     lines = ["## 1. Variants", ""]
+    times = " and ".join(f"t({n})" for n in REQUEST_SIZES)
     lines.append(
-        "Validation profile (p50 over runs). Latency = comm + comp (gather of the kept features, "
-        "copies, forward); e2e adds sampling. Test accuracy for reference. Size: the weights "
-        "file. Mem: peak memory allocated while serving one batch (gathered inputs, activations, "
-        "outputs), from torch's profiler memory accounting on the CPU or "
-        "`torch.cuda.max_memory_allocated` on CUDA."
+        "Validation profile (p50 over runs) at the profiled batch size. Latency = comm + comp "
+        "(gather of the kept features, copies, forward); e2e adds sampling. "
+        f"{times}: the service time (e2e) of a request of that many nodes, from "
+        "service_times.csv, which the router decides by. Test accuracy for reference. Size: the "
+        "weights file (int8: the weights as served). Mem: peak memory allocated while serving "
+        "one batch (gathered inputs, activations, outputs), from torch's profiler memory "
+        "accounting on the CPU or `torch.cuda.max_memory_allocated` on CUDA."
     )
     lines[-1] += (
-        " Accuracy: validation, with its 95% interval over the evaluation nodes in brackets; "
-        "Δ best: paired difference to the most accurate variant (section 2)."
+        " Axes: fanouts per layer (dotted), hidden width, precision, and the variant it derives "
+        "from (– for a trained one). Accuracy: validation, with its 95% interval over the "
+        "evaluation nodes in brackets; width: the width of its paired 95% interval against the "
+        "most accurate variant (points; narrower admits at a smaller tolerance); Δ best: that "
+        "paired difference (section 2). Dominated by: a variant the router prefers at every "
+        "tolerance and load (section 4; – on the frontier)."
     )
-    test_acc = test.set_index("variant")["accuracy"]
-    for arch, part in _sorted(val).groupby("arch", sort=True):
+    test_acc = test.drop_duplicates("variant").set_index("variant")["accuracy"]
+    by_id = frontier.set_index("variant")
+    widths = paired_width(val)
+
+    def dominated_by(variant: str) -> str:
+        if variant in view.not_routed:
+            return "not routed"
+        return _text(by_id["dominated_by"].get(variant, ""))
+
+    def service(variant: str, n: int) -> str:
+        return _fmt(float(by_id[f"service_ms_{n}"].get(variant, math.nan)), 3)
+
+    for arch, part in display_order(val).groupby("arch", sort=True):
         lines += ["", f"### {str(arch).upper()}", ""]
         rows = [
             [
-                f"{int(r.prune)}x",
-                str(r.ranking),
+                str(r.variant),
                 str(int(r.features_kept)),
+                _text(getattr(r, "fanouts", None)),
+                _text(getattr(r, "hidden_channels", None)),
+                _text(getattr(r, "precision", None)),
+                _text(getattr(r, "base", None)),
                 _with_interval(r.accuracy, _get(r, "accuracy_lo"), _get(r, "accuracy_hi")),
+                _fmt(float(widths.get(r.Index, math.nan)), 1),
                 _with_interval(
                     _get(r, "diff_best"), _get(r, "diff_best_lo"), _get(r, "diff_best_hi")
                 ),
@@ -351,26 +186,34 @@ def _variant_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
                 _fmt(r.latency_ms, 3),
                 _fmt(r.latency_p95_ms, 3),
                 _fmt(r.e2e_ms, 3),
+                *(service(str(r.variant), n) for n in REQUEST_SIZES),
                 _fmt(r.comm_comp),
                 _fmt(r.size_kb, 1),
                 _fmt(r.mem_mb, 1),
+                dominated_by(str(r.variant)),
             ]
             for r in part.itertuples()
         ]
         lines += _md_table(
             [
-                "prune",
-                "ranking",
+                "variant",
                 "features",
+                "fanouts",
+                "hidden",
+                "precision",
+                "base",
                 "accuracy % [95%]",
+                "width",
                 "Δ best [95%]",
                 "test acc %",
                 "latency ms",
                 "p95 ms",
                 "e2e ms",
+                *(f"t({n}) ms" for n in REQUEST_SIZES),
                 "comm/comp",
                 "size KB",
                 "mem MB",
+                "dominated by",
             ],
             rows,
         )
@@ -398,25 +241,45 @@ def _uncertainty_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
         "agree cancel and the interval is much tighter than the two accuracy intervals suggest."
     )
     lines.append("")
+    others = val["variant"].nunique() - 1
     lines.append(
         f"Most accurate on validation: {best}. Statistically tied with it (paired interval "
-        f"contains 0): {', '.join(ties['variant']) if not ties.empty else 'none'}."
+        f"contains 0): {len(ties)} of the {others} others"
+        + (f": {', '.join(ties['variant'])}." if not ties.empty else ".")
     )
     lines += ["", "![accuracy intervals](accuracy_intervals.png)", ""]
     return lines
 
 
-def _tolerance_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
-    lines = ["## 3. Latency under accuracy tolerance", ""]
+def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
+    lines = ["## 3. The router's pick under accuracy tolerance", ""]
+    if table.empty:
+        return lines + [
+            "No variant has a service curve (service_times.csv), so the router would route to "
+            "none; run `gnnaas profile` again.",
+            "",
+            "![latency under tolerance](tolerance.png)",
+            "",
+        ]
+    sizes = " and ".join(_nodes(int(n)) for n in dict.fromkeys(table["num_nodes"]))
     lines.append(
-        "Rule (gnnaas.profiling.uncertainty): with loss L = the most accurate variant's "
-        "validation accuracy minus a variant's, and [L_lo, L_hi] its paired 95% interval, the "
-        "variant is admissible under tolerance N when L_lo ≤ N (its loss is not measurably above "
-        f"N) and L_hi ≤ N + {TIE_MARGIN:g} (with 95% confidence it loses at most "
-        f"N + {TIE_MARGIN:g} points). N = 0 admits the variants statistically tied with the "
-        "best. The pick is the fastest admissible variant (lowest profiled latency; the router "
-        "ranks by predicted completion time under load). Relative latency = its latency / the "
-        "baseline's."
+        "The router's own rule (gnnaas.serving.policy), applied to the candidates the server "
+        "builds from profiles.csv and service_times.csv. Admission: with loss L = the most "
+        "accurate variant's validation accuracy minus a variant's, and [L_lo, L_hi] its paired "
+        "95% interval, the variant is admissible under tolerance N when L_lo ≤ N (its loss is "
+        f"not measurably above N) and L_hi ≤ N + {TIE_MARGIN:g} (with 95% confidence it loses "
+        f"at most N + {TIE_MARGIN:g} points); N = 0 admits the variants statistically tied with "
+        "the best. Among the admissible variants on the frontier (section 4) the router "
+        "predicts each one's time from its service curve at the request's size; times within "
+        f"{100 * tie_margin:g} % of the smallest (GNNAAS_TIE_MARGIN) are ties, which go to the "
+        "most accurate."
+    )
+    lines.append("")
+    lines.append(
+        f"**These are the picks of an idle router** (nothing queued) for requests of {sizes}. "
+        "Under load the router adds the queued work to each prediction and may move to a "
+        "faster admissible variant (or keep a busy stream on the variant it is on). Relative "
+        "time = the pick's predicted time / the most accurate variant's, at the same size."
     )
     lines.append("")
     lines.append(
@@ -426,42 +289,62 @@ def _tolerance_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
         "(the stricter figure, with its paired 95% interval). *Promise kept*: test loss vs test "
         f"best ≤ N + {TIE_MARGIN:g}."
     )
-    groups = [("all", val)] + [(str(a), p) for a, p in val.groupby("arch", sort=True)]
-    for name, part in groups:
-        table = tolerance_table(part, test=test)
-        base = table.iloc[0]
-        note = "" if base.rule == "paired interval" else "; point estimates (no paired intervals)"
+    base = table.iloc[0]
+    note = "" if base.rule == "paired interval" else "; point estimates (no paired intervals)"
+    at = ", ".join(
+        f"{_fmt(r.baseline_ms, 3)} ms for {_nodes(int(r.num_nodes))}"
+        for r in table.drop_duplicates("num_nodes").itertuples()
+    )
+    test_best = getattr(base, "test_best", None)
+    lines += [
+        "",
+        f"Baseline (most accurate on validation): {base.baseline}, "
+        f"{_fmt(base.baseline_accuracy)} %, {at}; test best: {_text(test_best)}{note}.",
+        "",
+    ]
+    nan = math.nan
+    lines += _md_table(
+        [
+            "N (points)",
+            "nodes",
+            "pick",
+            "admissible",
+            "val loss [95%]",
+            "predicted ms",
+            "relative time",
+            "test loss vs baseline",
+            "test loss vs test best [95%]",
+            "promise kept",
+        ],
+        [
+            [
+                _fmt(r.tolerance, 0),
+                str(int(r.num_nodes)),
+                str(r.variant),
+                str(int(r.admissible)),
+                _with_interval(r.val_loss, r.val_loss_lo, r.val_loss_hi),
+                _fmt(r.predicted_ms, 3),
+                f"{100 * r.relative_time:.0f} %",
+                _fmt(getattr(r, "test_loss", nan)),
+                _with_interval(
+                    getattr(r, "test_loss_vs_best", nan),
+                    getattr(r, "test_loss_lo", nan),
+                    getattr(r, "test_loss_hi", nan),
+                ),
+                _kept(getattr(r, "test_loss_vs_best", nan), r.tolerance),
+            ]
+            for r in table.itertuples()
+        ],
+    )
+    passed = table[table["variant"] != table["fastest"]]
+    if not passed.empty:
+        lines += ["", "Where the tie margin chose a more accurate variant than the fastest:", ""]
         lines += [
-            "",
-            f"**{name}** (baseline {base.baseline}: {_fmt(base.baseline_accuracy)} %, "
-            f"{_fmt(base.baseline_latency_ms, 3)} ms; test best {base.test_best}{note})",
-            "",
+            f"- N = {r.tolerance:g}, {_nodes(int(r.num_nodes))}: {r.variant} "
+            f"({_fmt(r.accuracy)} %) instead of {r.fastest}, predicted within "
+            f"{100 * tie_margin:g} % of it."
+            for r in passed.itertuples()
         ]
-        lines += _md_table(
-            [
-                "N (points)",
-                "variant",
-                "val loss [95%]",
-                "latency ms",
-                "relative latency",
-                "test loss vs baseline",
-                "test loss vs test best [95%]",
-                "promise kept",
-            ],
-            [
-                [
-                    _fmt(r.tolerance, 0),
-                    str(r.variant),
-                    _with_interval(r.val_loss, r.val_loss_lo, r.val_loss_hi),
-                    _fmt(r.latency_ms, 3),
-                    f"{100 * r.relative_latency:.0f} %",
-                    _fmt(r.test_loss),
-                    _with_interval(r.test_loss_vs_best, r.test_loss_lo, r.test_loss_hi),
-                    _kept(r.test_loss_vs_best, r.tolerance),
-                ]
-                for r in table.itertuples()
-            ],
-        )
     lines += ["", "![latency under tolerance](tolerance.png)", ""]
     return lines
 
@@ -472,18 +355,46 @@ def _kept(loss: float, tolerance: float) -> str:
     return "yes" if loss <= tolerance + TIE_MARGIN + 1e-9 else "no"
 
 
-def _pareto_section(val: pd.DataFrame) -> list[str]:
-    front = pareto_front(val)
-    lines = ["## 4. Accuracy vs latency", ""]
+def _frontier_section(val: pd.DataFrame, frontier: pd.DataFrame, view: RouterView) -> list[str]:
+    lines = ["## 4. The frontier", ""]
+    profiled = val["variant"].nunique()
+    routable = len(view.candidates)
+    front = frontier[frontier["on_frontier"]]
     lines.append(
-        "Pareto front (no variant is both faster and more accurate): "
-        + ", ".join(
-            f"{r.variant} ({_fmt(r.accuracy)} %, {_fmt(r.latency_ms, 3)} ms)"
-            for r in front.itertuples()
-        )
-        + "."
+        f"{profiled} variants profiled, {routable} routable (with a service curve), "
+        f"**{len(front)} on the frontier**, {routable - len(front)} dominated. A variant is "
+        "dominated when another one is admitted at every tolerance that admits it, is at least "
+        "as accurate, and is at most as slow at every batch size of its service curve "
+        "(gnnaas.serving.policy.dominated): under any load the router would not prefer it. The "
+        "server lists dominated variants (with the variant that dominates each, as section 1 "
+        "does) but decides each request among the frontier only."
     )
-    lines += ["", "![accuracy vs latency](pareto.png)", ""]
+    if view.not_routed:
+        lines += ["", "Not routed:", ""]
+        lines += [f"- {v}: {why}" for v, why in view.not_routed.items()]
+    if not front.empty:
+        last = REQUEST_SIZES[-1]
+        ordered = front.sort_values(f"service_ms_{last}")
+        lines += ["", f"Frontier, fastest for {_nodes(last)} first:", ""]
+        lines += [
+            f"- {r.variant}: {_fmt(r.accuracy)} %, admitted from N = {_fmt(r.admitted_from, 2)}; "
+            + ", ".join(
+                f"{_fmt(getattr(r, f'service_ms_{n}'), 3)} ms for {_nodes(n)}"
+                for n in REQUEST_SIZES
+            )
+            for r in ordered.itertuples()
+        ]
+    lines += [
+        "",
+        "The plot shows accuracy against the predicted service time at each request size; the "
+        "frontier is solid and numbered, dominated variants are faded, and the dashed line is "
+        "the best accuracy reachable within each time at that size. A frontier variant below "
+        "that line is there for another size, or because its narrower paired interval admits "
+        "it at a smaller tolerance.",
+        "",
+        "![accuracy vs service time](pareto.png)",
+        "",
+    ]
     return lines
 
 
@@ -494,8 +405,14 @@ def _ranking_section(df: pd.DataFrame) -> list[str]:
         return lines + ["No pruned variants with rankings were profiled.", ""]
     lines.append(
         "Test accuracy of greedy and lasso minus random at the same prune factor "
-        "(points; positive = the ranking keeps more useful features than chance)."
+        "(points; positive = the ranking keeps more useful features than chance; trained "
+        "variants only)."
     )
+    if gaps["random"].isna().all():
+        lines[-1] += (
+            " No random-ranked variants were profiled, so there is nothing to subtract "
+            "(`gnnaas generate --ranking random greedy lasso` adds them)."
+        )
     lines.append("")
     lines += _md_table(
         ["arch", "prune", "random %", "greedy %", "lasso %", "greedy - random", "lasso - random"],
@@ -558,57 +475,6 @@ def _val_test_section(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def perfmodel_ratios(val: pd.DataFrame) -> tuple[float, float]:
-    """Median predicted/measured ratio of comm and of comp over the variants.
-
-    Args:
-        val (pandas.DataFrame): validation rows with ``pred_comm_ms``, ``comm_ms``,
-            ``pred_comp_ms`` and ``comp_ms``.
-
-    Returns:
-        tuple[float, float]: ``(comm, comp)`` (NaN where nothing was measured).
-    """
-
-    def ratio(pred: str, meas: str) -> float:
-        values = (val[pred] / val[meas].where(val[meas] > 0)).dropna()
-        return float(values.median()) if not values.empty else math.nan
-
-    return ratio("pred_comm_ms", "comm_ms"), ratio("pred_comp_ms", "comp_ms")
-
-
-def perfmodel_caption(val: pd.DataFrame) -> str:
-    """What the perf-model plot compares and why predicted and measured may differ.
-
-    Args:
-        val (pandas.DataFrame): validation rows.
-
-    Returns:
-        str: one paragraph, shared by the report and the plot.
-    """
-    comm, comp = perfmodel_ratios(val)
-    text = (
-        "BW and OPS are calibrated on this machine by micro-benchmarks (a feature gather plus "
-        "host-to-device copy for BW, one large dense matmul for OPS), not fitted to these "
-        f"measurements. Median predicted/measured: comm {_fmt(comm)}x, comp {_fmt(comp)}x."
-    )
-    if math.isfinite(comp) and comp < 0.5:
-        text += (
-            " Predicted compute is far below measured because the model counts each layer's "
-            "multiply-adds at the dense-matmul rate OPS and ignores per-operator dispatch "
-            "overhead (a forward runs dozens of small ops), the memory-bound scatter/gather of "
-            "neighbour aggregation and small matrices that run below peak; on a CPU with these "
-            "batch sizes that overhead dominates. Read the compute prediction as a lower bound "
-            "and for how compute scales with the kept features, not as absolute time."
-        )
-    if math.isfinite(comm) and not 0.5 <= comm <= 2.0:
-        text += (
-            " Predicted comm is off by more than 2x: the model moves the sampled rows at the "
-            "calibrated bandwidth only, without per-copy latency or the cache effects of "
-            "gathering scattered rows."
-        )
-    return text
-
-
 def _perfmodel_section(val: pd.DataFrame) -> list[str]:
     lines = ["## 7. Analytical model", ""]
     lines.append(
@@ -619,12 +485,15 @@ def _perfmodel_section(val: pd.DataFrame) -> list[str]:
     return lines
 
 
-def write_report(profiles_dir: PathType) -> Path:
+def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGIN) -> Path:
     """Writes ``report.md`` and the seven plots of :data:`PLOT_FILES` next to ``profiles.csv``.
 
     Args:
         profiles_dir (str or PathLike): ``profiles/<dataset>`` (the dataset name's case may
             differ from the folder's).
+        tie_margin (float, optional): the router's ``GNNAAS_TIE_MARGIN`` the picks are made
+            with. (default: :data:`~gnnaas.profiling.frontier.ROUTER_TIE_MARGIN`, the server's
+            default)
 
     Returns:
         Path: the ``report.md`` written.
@@ -632,7 +501,7 @@ def write_report(profiles_dir: PathType) -> Path:
     Raises:
         ArtifactError: ``profiles.csv`` is missing, unreadable, or has no validation rows.
     """
-    from gnnaas.profiling import plots
+    from gnnaas.profiling import frontier_plots, plots
 
     folder = _resolve_dir(profiles_dir)
     df = read_profiles(folder)
@@ -644,15 +513,22 @@ def write_report(profiles_dir: PathType) -> Path:
         )
     dataset = str(val["dataset"].iloc[0])
     first = val.iloc[0]
+    view = read_router_view(folder, "val")
+    frontier = frontier_table(view)
+    picks = (
+        tolerance_table(view, tie_margin=tie_margin, test=test)
+        if view.candidates
+        else pd.DataFrame()
+    )
 
-    plots.latency_breakdown(_sorted(val), folder / PLOT_FILES[0], dataset=dataset)
-    plots.accuracy_intervals(val, test, folder / PLOT_FILES[1], dataset=dataset)
-    groups = {"all": tolerance_table(val)}
-    groups.update({str(a): tolerance_table(p) for a, p in val.groupby("arch", sort=True)})
-    plots.tolerance(groups, folder / PLOT_FILES[2], dataset=dataset)
-    plots.pareto(val, pareto_front(val), folder / PLOT_FILES[3], dataset=dataset)
+    plots.latency_breakdown(display_order(val), folder / PLOT_FILES[0], dataset=dataset)
+    frontier_plots.accuracy_intervals(val, test, folder / PLOT_FILES[1], dataset=dataset)
+    frontier_plots.tolerance(picks, folder / PLOT_FILES[2], dataset=dataset, tie_margin=tie_margin)
+    frontier_plots.pareto(
+        frontier, val, folder / PLOT_FILES[3], dataset=dataset, sizes=REQUEST_SIZES
+    )
     plots.rankings(ranking_gaps(df), folder / PLOT_FILES[4], dataset=dataset)
-    plots.val_vs_test(_sorted(val), test, folder / PLOT_FILES[5], dataset=dataset)
+    plots.val_vs_test(display_order(val), test, folder / PLOT_FILES[5], dataset=dataset)
     plots.perfmodel(val, folder / PLOT_FILES[6], dataset=dataset, caption=perfmodel_caption(val))
 
     test_batches = int(test["num_batches"].iloc[0]) if len(test) else 0
@@ -665,10 +541,10 @@ def write_report(profiles_dir: PathType) -> Path:
         f"{int(first.num_batches)} batch(es); test: {test_batches}).",
         "",
     ]
-    lines += _variant_section(val, test)
+    lines += _variant_section(val, test, frontier, view)
     lines += _uncertainty_section(val, test)
-    lines += _tolerance_section(val, test)
-    lines += _pareto_section(val)
+    lines += _tolerance_section(picks, tie_margin)
+    lines += _frontier_section(val, frontier, view)
     lines += _ranking_section(df)
     lines += _val_test_section(df)
     lines += _perfmodel_section(val)

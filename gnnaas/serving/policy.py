@@ -67,6 +67,7 @@ __all__ = [
     "choice_without_load",
     "dominated",
     "fastest_everywhere",
+    "paired_comparable",
     "select_admitted",
     "select_variant",
 ]
@@ -322,8 +323,9 @@ class Selection:
     considered: tuple[str, ...] = field(default=())
 
 
-def _paired_comparable(candidates: Sequence[Candidate]) -> bool:
-    """Whether every candidate has a paired difference, all against one routable best."""
+def paired_comparable(candidates: Sequence[Candidate]) -> bool:
+    """Whether :func:`candidates_within` admits by the paired rule: every candidate has a
+    paired difference, all against one best variant that is among them."""
     bests = set()
     for c in candidates:
         if c.paired is None:
@@ -356,7 +358,7 @@ def candidates_within(candidates: Sequence[Candidate], tolerance: float) -> list
     if math.isinf(tolerance):
         kept = list(candidates)
     else:
-        if _paired_comparable(candidates):
+        if paired_comparable(candidates):
             kept = [
                 c
                 for c in candidates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,21 @@ def test_the_log_replays_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
     assert folded.overlay_arrays() is None  # everything is in the new base
     log3.close()
     lock3.__exit__(None, None, None)
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_compacted_snapshot_reads_like_any_file(tmp_path: Path) -> None:
+    store = _store()
+    graph, log, lock = open_live(store, tmp_path)
+    w = graph.stage().add_nodes([[2, 2, 2, 2]], [[0, -1]])
+    graph.apply(w)
+    log.append([(1, w.payload())])
+    log.close()
+    lock.__exit__(None, None, None)
+    compact(store, tmp_path)
+    folder = state_folder(tmp_path, store.name)
+    for name in ("snapshot.safetensors", "log.wal"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o644, name  # not 0600
 
 
 def test_a_crash_between_snapshot_and_log_reset_replays_nothing_twice(tmp_path: Path) -> None:

@@ -74,18 +74,19 @@ def fake_profiles_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "profiles" / "Fake"
     rows = fake_profile_rows()
     write_profiles(rows, folder / "profiles.csv")
-    service = [
+    latency = {r["variant"]: r["latency_ms"] for r in rows if r["split"] == "val"}
+    service = [  # each variant's curve scales with its latency: faster ones stay faster
         {
             "variant": v,
             "batch_size": b,
             "sample_ms": 0.1 * b**0.5,
-            "gather_ms": 0.05 * b**0.5,
-            "compute_ms": 0.2 * b**0.5,
-            "e2e_ms": 0.35 * b**0.5,
+            "gather_ms": 0.05 * latency[v] * b**0.5,
+            "compute_ms": 0.1 * latency[v] * b**0.5,
+            "e2e_ms": (0.1 + 0.15 * latency[v]) * b**0.5,
             "sampling": "depth",
             "sampler_seed": 0,
         }
-        for v in sorted({r["variant"] for r in rows})
+        for v in sorted(latency)
         for b in (1, 32, 256, 1024)
     ]
     write_service_times(service, folder / "service_times.csv")

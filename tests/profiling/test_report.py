@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +13,24 @@ import pandas as pd
 import pytest
 
 from gnnaas.errors import ArtifactError
-from gnnaas.profiling.report import (
-    PLOT_FILES,
-    _resolve_dir,
-    pareto_front,
-    perfmodel_caption,
-    ranking_gaps,
+from gnnaas.profiling.analysis import paired_width, perfmodel_caption, ranking_gaps, val_test_gaps
+from gnnaas.profiling.frontier import (
+    ROUTER_TIE_MARGIN,
+    frontier_table,
+    read_router_view,
+    router_view,
     tolerance_table,
-    val_test_gaps,
-    write_report,
 )
+from gnnaas.profiling.report import PLOT_FILES, _resolve_dir, write_report
 from gnnaas.profiling.table import write_profiles
 from gnnaas.profiling.uncertainty import add_accuracy_intervals
+from gnnaas.serving.policy import (
+    Candidate,
+    PairedDiff,
+    RequestSpec,
+    ServiceCurve,
+    select_variant,
+)
 
 
 def _with_intervals(rows: list[dict[str, Any]], n: int = 1000) -> list[dict[str, Any]]:
@@ -40,59 +48,127 @@ def _with_intervals(rows: list[dict[str, Any]], n: int = 1000) -> list[dict[str,
 
 
 @pytest.fixture
-def interval_profiles_dir(tmp_path: Path, fake_rows: list[dict[str, Any]]) -> Path:
-    folder = tmp_path / "profiles" / "Fake"
-    write_profiles(_with_intervals(fake_rows), folder)
-    return folder
+def interval_profiles_dir(fake_profiles_dir: Path, fake_rows: list[dict[str, Any]]) -> Path:
+    """The fake profiles (with their service times), rewritten with accuracy intervals."""
+    write_profiles(_with_intervals(fake_rows), fake_profiles_dir)
+    return fake_profiles_dir
 
 
-def _val(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["variant", "accuracy", "latency_ms"])
+def _candidate(
+    variant_id: str, accuracy: float, paired: tuple[float, float, float], times: tuple[float, float]
+) -> Candidate:
+    """A candidate with a paired difference to ``best`` and a service curve at 1 and 64 nodes."""
+    diff, lo, hi = paired
+    return Candidate(
+        variant_id,
+        accuracy,
+        ServiceCurve((1, 64), times),
+        PairedDiff(diff, lo, hi, tie_best=lo <= 0 <= hi, best_variant="best"),
+    )
 
 
-def test_tolerance_table_picks_fastest_within_tolerance() -> None:
-    val = _val([("a", 90.0, 10.0), ("b", 89.6, 6.0), ("c", 88.0, 3.0), ("d", 80.0, 1.0)])
-    table = tolerance_table(val, (0, 0.5, 2, 5))
-    assert list(table["variant"]) == ["a", "b", "c", "c"]
-    assert list(table["relative_latency"]) == pytest.approx([1.0, 0.6, 0.3, 0.3])
-    assert set(table["baseline"]) == {"a"}
+def _candidates() -> list[Candidate]:
+    return [
+        _candidate("best", 90.0, (0.0, 0.0, 0.0), (1.0, 10.0)),
+        # tied with the best, 5 % faster: the fastest at N = 0, but within the router's tie margin
+        _candidate("near", 89.8, (-0.2, -0.6, 0.2), (0.95, 9.5)),
+        # admitted from N = 0.5; within 10 % of `small` and listed first: idle, the router would
+        # take it over `small` (equal accuracy, a tie), but `small` dominates it
+        _candidate("twin", 89.0, (-1.0, -1.5, -0.5), (0.33, 12.5)),
+        _candidate("small", 89.0, (-1.0, -1.5, -0.5), (0.3, 12.0)),  # fast for 1 node
+        _candidate("big", 89.0, (-1.0, -1.5, -0.5), (0.9, 3.0)),  # fast for 64 nodes
+        _candidate("slow8", 88.0, (-2.0, -2.6, -1.4), (0.5, 13.0)),  # dominated by `small`
+    ]
 
 
-def test_tolerance_table_uses_the_paired_rule() -> None:
-    nan = float("nan")
-    val = pd.DataFrame(
+def test_tolerance_table_is_the_routers_pick() -> None:
+    candidates = _candidates()
+    view = router_view(candidates)
+    assert dict(view.dominated_by) == {"twin": "small", "slow8": "small"}
+    table = tolerance_table(view, (0, 1, 2, 5), (1, 64), tie_margin=0.1)
+    assert list(zip(table["tolerance"], table["num_nodes"], strict=True)) == [
+        (t, n) for t in (0.0, 1.0, 2.0, 5.0) for n in (1, 64)
+    ]
+    for r in table.itertuples():
+        routed = select_variant(
+            RequestSpec(r.num_nodes, tolerance=r.tolerance), view.frontier, None, tie_margin=0.1
+        )
+        assert r.variant == routed.variant_id
+        assert r.predicted_ms == pytest.approx(routed.predicted_ms)
+    picks = table.set_index(["tolerance", "num_nodes"])["variant"]
+    # N = 0 admits best and near; the lowest-latency rule the report used to apply took `near`,
+    # the router keeps the more accurate `best`, 5 % slower, within its tie margin
+    assert picks[(0.0, 1)] == picks[(0.0, 64)] == "best"
+    assert set(table.loc[table["tolerance"] == 0, "fastest"]) == {"near"}
+    # one tolerance, two request sizes, two picks
+    assert picks[(1.0, 1)] == "small" and picks[(1.0, 64)] == "big"
+    row = table[(table["tolerance"] == 1) & (table["num_nodes"] == 64)].iloc[0]
+    assert row["relative_time"] == pytest.approx(3.0 / 10.0)
+    assert (row["val_loss"], row["val_loss_lo"], row["val_loss_hi"]) == pytest.approx(
+        (1.0, 0.5, 1.5)
+    )
+    assert set(table["rule"]) == {"paired interval"} and set(table["baseline"]) == {"best"}
+    # without its tie margin the router, and the report, take the fastest
+    assert set(tolerance_table(view, (0,), (1, 64), tie_margin=0.0)["variant"]) == {"near"}
+
+
+def test_dominated_variants_are_marked_and_never_picked() -> None:
+    candidates = _candidates()
+    view = router_view(candidates)
+    # idle, the router would take `twin` over the whole list: the frontier is what excludes it
+    everything = select_variant(RequestSpec(1, tolerance=1.0), candidates, None, tie_margin=0.1)
+    assert everything.variant_id == "twin"
+    table = tolerance_table(view, (0, 1, 2, 5), (1, 64))
+    assert not set(table["variant"]) & {"twin", "slow8"}
+    front = frontier_table(view, (1, 64)).set_index("variant")
+    assert list(front.index[~front["on_frontier"]]) == ["twin", "slow8"]
+    assert front.loc["slow8", "dominated_by"] == "small" and front.loc["big", "dominated_by"] == ""
+    assert front.loc["small", "admitted_from"] == pytest.approx(0.5)
+    assert front.loc["big", "service_ms_64"] == pytest.approx(3.0)
+
+
+def test_tolerance_table_point_rule_and_test_losses() -> None:
+    curve = ServiceCurve((1, 64), (1.0, 10.0))
+    view = router_view(
         [
-            # variant, accuracy, latency, diff_best, lo, hi
-            ("best", 90.0, 10.0, 0.0, 0.0, 0.0),
-            ("near", 89.9, 6.0, -0.1, -0.5, 0.3),  # tied and narrow: admitted at N = 0
-            ("wide", 89.8, 5.0, -0.2, -1.8, 1.4),  # tied but could lose 1.8 > 0 + 1
-            ("worse3", 87.0, 2.0, -3.0, -3.6, -2.4),
-        ],
-        columns=["variant", "accuracy", "latency_ms", "diff_best", "diff_best_lo", "diff_best_hi"],
-    ).assign(best_variant="best")
+            Candidate("a", 90.0, curve),
+            Candidate("b", 89.6, curve.scaled(0.6)),
+            Candidate("c", 88.0, curve.scaled(0.3)),
+            Candidate("d", 80.0, curve.scaled(0.1)),
+        ]
+    )
     test = pd.DataFrame(
-        {"variant": ["best", "near", "wide", "worse3"], "accuracy": [88.0, 88.5, 87.0, 85.0]}
-    ).assign(best_variant=nan)
-    table = tolerance_table(val, (0, 1, 2, 5), test=test)
-    assert list(table["variant"]) == ["near", "wide", "wide", "worse3"]
-    assert set(table["rule"]) == {"paired interval"}
-    assert table["val_loss_hi"].iloc[0] == pytest.approx(0.5)
-    assert table["test_loss"].to_list() == pytest.approx([-0.5, 1.0, 1.0, 3.0])  # vs baseline
-    assert set(table["test_best"]) == {"near"}
-    assert table["test_loss_vs_best"].to_list() == pytest.approx([0.0, 1.5, 1.5, 3.5])
-    # without paired columns (older profiles) the point rule applies
-    point = tolerance_table(val[["variant", "accuracy", "latency_ms"]], (0, 1))
-    assert list(point["variant"]) == ["best", "wide"]
-    assert set(point["rule"]) == {"point estimate"}
+        {"variant": ["a", "b", "c", "d"], "accuracy": [88.0, 88.5, 87.0, 79.0]}
+    ).assign(best_variant=float("nan"))
+    table = tolerance_table(view, (0, 0.5, 2, 5), (1,), test=test)
+    assert list(table["variant"]) == ["a", "b", "c", "c"]
+    assert list(table["relative_time"]) == pytest.approx([1.0, 0.6, 0.3, 0.3])
+    assert set(table["rule"]) == {"point estimate"}
+    assert table["val_loss_lo"].isna().all()
+    assert table["test_loss"].to_list() == pytest.approx([0.0, -0.5, 1.0, 1.0])
+    assert set(table["test_best"]) == {"b"}
+    assert table["test_loss_vs_best"].to_list() == pytest.approx([0.5, 0.0, 1.5, 1.5])
 
 
-def test_pareto_front() -> None:
-    val = _val([("a", 90.0, 10.0), ("b", 85.0, 12.0), ("c", 88.0, 3.0), ("d", 80.0, 1.0)])
-    assert list(pareto_front(val)["variant"]) == ["d", "c", "a"]
+def test_paired_width() -> None:
+    rows = pd.DataFrame({"diff_best_lo": [-2.5, 0.0, float("nan")], "diff_best_hi": [0.5, 0, 1]})
+    assert paired_width(rows).to_list()[:2] == pytest.approx([3.0, 0.0])
+    assert math.isnan(paired_width(rows).iloc[2])
+    assert paired_width(pd.DataFrame({"accuracy": [1.0]})).isna().all()
+
+
+def test_report_tie_margin_is_the_servers_default() -> None:
+    from gnnaas.serving.settings import Settings
+
+    assert Settings.model_fields["tie_margin"].default == ROUTER_TIE_MARGIN
 
 
 def test_ranking_gaps_and_val_test_gaps(fake_rows: list[dict[str, Any]]) -> None:
-    df = pd.DataFrame(fake_rows)
+    df = pd.DataFrame(fake_rows).assign(base=float("nan"))
+    twin = df[df["variant"] == "sage-greedy-4x"].assign(
+        variant="sage-greedy-4x-int8", base="sage-greedy-4x", accuracy=50.0
+    )
+    assert ranking_gaps(pd.concat([df, twin])).equals(ranking_gaps(df))  # trained ones only
     gaps = ranking_gaps(df).set_index(["arch", "prune"])
     assert gaps.loc[("sage", 4), "greedy_gain"] == pytest.approx(4.0)
     assert gaps.loc[("sage", 4), "lasso_gain"] == pytest.approx(5.0)
@@ -109,8 +185,8 @@ def test_write_report(fake_profiles_dir: Path) -> None:
         "## 1. Variants",
         "### SAGE",
         "### GIN",
-        "tolerance",
-        "Pareto front",
+        "## 3. The router's pick under accuracy tolerance",
+        "## 4. The frontier",
         "## 5. Feature rankings",
         "## 6. Validation profile vs test",
         "## 7. Analytical model",
@@ -125,6 +201,16 @@ def test_write_report(fake_profiles_dir: Path) -> None:
     assert "no accuracy intervals" in text  # this older profile has none: said, not hidden
 
 
+@pytest.mark.usefixtures("umask_022")
+def test_report_and_tables_are_readable_by_others(
+    fake_profiles_dir: Path, fake_rows: list[dict[str, Any]]
+) -> None:
+    write_profiles(fake_rows, fake_profiles_dir)  # rewritten under umask 022
+    report = write_report(fake_profiles_dir)
+    for path in (report, fake_profiles_dir / "profiles.csv", fake_profiles_dir / PLOT_FILES[0]):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name  # not mkstemp's 0600
+
+
 def _links(text: str) -> list[str]:
     return re.findall(r"\]\(([^)]+)\)", text)
 
@@ -133,13 +219,39 @@ def test_report_with_intervals_and_local_links(interval_profiles_dir: Path) -> N
     text = write_report(interval_profiles_dir).read_text()
     assert "## 2. Accuracy with its uncertainty" in text
     assert "accuracy % [95%]" in text and "Δ best [95%]" in text
-    section = text.split("## 3. Latency under accuracy tolerance")[1].split("## 4.")[0]
+    section = text.split("## 3. The router's pick under accuracy tolerance")[1].split("## 4.")[0]
     assert "L_lo ≤ N" in section and "L_hi ≤ N + 1" in section
+    assert "idle router" in section and "under load" in section.lower()
     assert "test loss vs baseline" in section and "test loss vs test best [95%]" in section
-    table = section.split("**all**")[1].split("**gin**")[0]
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [r.split(" | ")[0] for r in rows[1:]] == ["| 0", "| 1", "| 2", "| 5"]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0].startswith("| N (points) | nodes | pick |")
+    assert [r.split(" | ")[:2] for r in rows[1:]] == [
+        [f"| {n}", size] for n in ("0", "1", "2", "5") for size in ("1", "64")
+    ]
     assert all(r.rstrip(" |").endswith(("yes", "no")) for r in rows[1:])
+    # the picks are the router's, on the same candidates
+    view = read_router_view(interval_profiles_dir)
+    table = tolerance_table(view)
+    for row, pick in zip(rows[1:], table.itertuples(), strict=True):
+        routed = select_variant(
+            RequestSpec(pick.num_nodes, tolerance=pick.tolerance), view.frontier, tie_margin=0.1
+        )
+        assert row.split(" | ")[2] == routed.variant_id
+    frontier = text.split("## 4. The frontier")[1].split("## 5.")[0]
+    front = len(view.frontier)
+    assert (
+        f"20 variants profiled, 20 routable (with a service curve), **{front} on the " in frontier
+    )
+    assert 0 < front < 20
+    variants = text.split("## 1. Variants")[1].split("## 2.")[0]
+    header = next(line for line in variants.splitlines() if line.startswith("| variant |"))
+    for column in ("fanouts", "hidden", "precision", "base", "width", "dominated by"):
+        assert f"| {column} |" in header
+    columns = header.split(" | ")
+    assert columns.index("width") == columns.index("accuracy % [95%]") + 1
+    dominated = next(v for v in view.dominated_by)
+    line = next(r for r in variants.splitlines() if r.startswith(f"| {dominated} |"))
+    assert line.rstrip(" |").endswith(view.dominated_by[dominated])
     assert "[-0.0" not in text  # no negative zeros
     png = interval_profiles_dir / "accuracy_intervals.png"
     assert png.stat().st_size > 20_000  # a drawn figure, not an empty canvas
