@@ -116,8 +116,8 @@ def make_policies(
     in a short pre-run (``prerun``), not by their profiles: a wrong profile must not hide the
     fixed variant that actually wins.
     """
-    full = [v for v in variants if v["prune"] == 1 and v.get("accuracy") is not None]
-    pinned = {max(full, key=lambda v: v["accuracy"])["id"]} if full else set()
+    full = full_model(variants)
+    pinned = {full} if full else set()
     for tol in tolerances:
         ids = sorted(admissible_ids(variants, tol), key=lambda i: -prerun.get(i, 0.0))
         pinned |= set(ids[:top])
@@ -127,6 +127,20 @@ def make_policies(
     ]
     out += [Policy(f"pin:{i}", {"X-Variant": i}, None) for i in sorted(pinned)]
     return out
+
+
+def full_model(variants: list[dict[str, Any]]) -> str | None:
+    """The model a user would serve without gnnaas: a trained 1× model (every feature, the
+    training fanouts and width, fp32), of the more accurate architecture."""
+    full = [
+        v
+        for v in variants
+        if v["prune"] == 1
+        and not v.get("base")
+        and not v.get("precomputed")
+        and v.get("accuracy") is not None
+    ]
+    return max(full, key=lambda v: v["accuracy"])["id"] if full else None
 
 
 def prerun_rates(
@@ -266,9 +280,8 @@ def add_precomputed(
     dataset: str, variants_dir: Path, profiles_dir: Path, choice: str
 ) -> str | None:
     """Stores and profiles the precomputed variant of ``choice`` unless it is there; returns its
-    id. ``best``: the 1× model whose *exact* pass is the most accurate on the validation nodes
-    (exact answers of a model trained on sampled neighborhoods can be less accurate than its
-    sampled ones: GIN's sum aggregation and batch norm see larger sums)."""
+    id. ``best``: the 1× model (trained or distilled, fp32) whose *exact* pass is the most
+    accurate on the validation nodes."""
     if choice == "none":
         return None
     folder = variants_dir / dataset
@@ -278,7 +291,16 @@ def add_precomputed(
         from gnnaas.variants.repository import VariantRepository
 
         repo = VariantRepository(variants_dir)
-        full = [m for m in repo.list(dataset) if m.prune == 1 and m.precomputed is None]
+        # every 1× model whose exact pass differs: trained or distilled, fp32 (other fanouts
+        # share their base's exact answers; int8 is a CPU serving form, not a model to tabulate)
+        full = [
+            m
+            for m in repo.list(dataset)
+            if m.prune == 1
+            and m.precomputed is None
+            and m.precision == "fp32"
+            and m.axes["fanouts"] is None
+        ]
         store = load_dataset(dataset, os.environ.get("GNNAAS_DATA"), seed=full[0].seed)
         scores = {
             m.variant_id: exact_pass(store, repo, m.variant_id).accuracy["val"]["exact"]
@@ -301,6 +323,23 @@ def add_precomputed(
             env={**os.environ, "GNNAAS_TORCH_THREADS": "1"},
         )
     return exact
+
+
+def report_picks(folder: Path, tolerances: Sequence[float]) -> list[dict[str, Any]]:
+    """The idle router's pick per tolerance and request size from the profiles, with its
+    validation loss and its loss on the test split (``gnnaas report``'s table)."""
+    from gnnaas.profiling.frontier import read_router_view, tolerance_table
+    from gnnaas.profiling.table import read_profiles
+
+    profiles = read_profiles(folder)
+    table = tolerance_table(
+        read_router_view(folder),
+        sorted({*tolerances, 0.0, 1.0, 2.0, 5.0}),
+        test=profiles[profiles["split"] == "test"],
+    )
+    keep = ("tolerance", "num_nodes", "variant", "baseline", "val_loss", "val_loss_lo")
+    keep += ("val_loss_hi", "test_loss", "test_loss_vs_best", "relative_time")
+    return [{k: row.get(k) for k in keep} for row in table.to_dict("records")]
 
 
 def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
@@ -343,8 +382,11 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
             }
             variants.append({**v, "service_ms": curve})
         results["variants"] = [
-            {k: v.get(k) for k in ("id", "prune", "accuracy", "admissible_at")} for v in variants
+            {k: v.get(k) for k in ("id", "prune", "accuracy", "admissible_at", "dominated_by")}
+            for v in variants
         ]
+        results["full_model"] = full_model(variants)
+        results["picks"] = report_picks(profiles_dir / cfg.dataset, args.tolerances)
         ones = make_bodies(nodes, 1, 512, seed=1)
         wait_idle(server, cfg.dataset)
         results["overhead"] = overhead(url, ones, {"X-Accuracy-Tolerance": "2"}, cfg)
@@ -552,6 +594,8 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
         lines.append("")
         lines += _ceiling_lines(block)
         lines += _traffic_lines(block, results.get("precomputed"))
+    lines += _speedup_lines(results)
+    lines += _pick_lines(results)
     lines += [
         "## Throughput at matched concurrency: router / best admissible fixed variant",
         "",
@@ -591,6 +635,79 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
     os.replace(tmp, path)
+
+
+def speedups(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per size and tolerance, the router's sustained rate over the full model's, repeat by
+    repeat (the speed a tolerance buys against what a user would serve without gnnaas)."""
+    full = results.get("full_model")
+    out = []
+    for size, block in results["sizes"].items():
+        for pol in block["policies"]:
+            if pol["tolerance"] is None or full is None:
+                continue
+            ratios = [
+                rep[pol["key"]]["rate_rps"] / rep[f"pin:{full}"]["rate_rps"]
+                for rep in block["repeats"]
+                if rep.get(f"pin:{full}", {}).get("rate_rps", 0) > 0
+            ]
+            if ratios:
+                out.append(
+                    {
+                        "size": int(size),
+                        "tolerance": pol["tolerance"],
+                        "median": statistics.median(ratios),
+                        "min": min(ratios),
+                        "max": max(ratios),
+                    }
+                )
+    return out
+
+
+def _speedup_lines(results: dict[str, Any]) -> list[str]:
+    rows = speedups(results)
+    if not rows:
+        return []
+    lines = [
+        f"## The speed a tolerance buys: router / full model (`{results['full_model']}` pinned)",
+        "",
+        "The full model is what a user would serve without gnnaas: every feature, the training "
+        "fanouts and width, fp32, the more accurate architecture. Sustained rate of the router "
+        "at each tolerance over that model's, in the same run; median (min–max) over repeats.",
+        "",
+        "| size | tolerance | router / full model |",
+        "|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['size']} | {r['tolerance']:g} | **{r['median']:.2f}×** "
+            f"({r['min']:.2f}–{r['max']:.2f}) |"
+        )
+    return [*lines, ""]
+
+
+def _pick_lines(results: dict[str, Any]) -> list[str]:
+    picks = results.get("picks") or []
+    if not picks:
+        return []
+    lines = [
+        "## The idle router's pick and its loss on the test split (`gnnaas report`)",
+        "",
+        "Validation loss with its paired 95% interval, and the loss measured on the test split "
+        "against the validation baseline (the promise: at most N + 1) and against the test "
+        "split's own best variant.",
+        "",
+        "| N | nodes | pick | val loss [95%] | test loss | vs test best | time / baseline |",
+        "|---:|---:|---|---|---:|---:|---:|",
+    ]
+    for p in picks:
+        lines.append(
+            f"| {p['tolerance']:g} | {p['num_nodes']} | {p['variant']} | "
+            f"{p['val_loss']:.2f} [{p['val_loss_lo']:.2f}, {p['val_loss_hi']:.2f}] | "
+            f"{p['test_loss']:.2f} | {p['test_loss_vs_best']:.2f} | "
+            f"{100 * p['relative_time']:.0f} % |"
+        )
+    return [*lines, ""]
 
 
 def _traffic_lines(block: dict[str, Any], precomputed: str | None) -> list[str]:
@@ -639,7 +756,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bound-ms", type=float, nargs="+", default=[20.0, 50.0], help="p99 bound per size"
     )
     parser.add_argument(
-        "--tolerances", type=float, nargs="+", default=[0.0, 1.0, 2.0], help="(default: 0 1 2)"
+        "--tolerances",
+        type=float,
+        nargs="+",
+        default=[0.0, 1.0, 2.0, 5.0],
+        help="(default: 0 1 2 5)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="(default: 3)")
     parser.add_argument(
@@ -681,6 +802,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="variant whose exact answers are precomputed and served as <ID>@exact: a variant "
         "id, best (the most accurate 1x model) or none (default: best)",
     )
+    parser.add_argument(
+        "--name",
+        default="policy",
+        help="results file stem: <name>.md and <name>.json (default: policy)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the rule fails")
     parser.add_argument(
         "--render", metavar="JSON", help="only rewrite policy.md from a policy.json of a run"
@@ -710,7 +836,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.render:
         results = json.loads(Path(args.render).read_text())
-        write_markdown(results, results["check"], Path(args.render).with_name("policy.md"))
+        md = Path(args.render).with_suffix(".md")
+        write_markdown(results, results["check"], md)
         return 0
     t0 = time.monotonic()
     results = run(args, cfg)
@@ -718,12 +845,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = check(results, args.ratio)
     results["check"] = rows
     out.mkdir(parents=True, exist_ok=True)
-    (out / "policy.json").write_text(json.dumps(results, indent=1, default=str))
-    write_markdown(results, rows, out / "policy.md")
+    (out / f"{args.name}.json").write_text(json.dumps(results, indent=1, default=str))
+    write_markdown(results, rows, out / f"{args.name}.md")
     failed = [r for r in rows if not r["ok"]]
     say(
         f"bench_policy: {len(rows) - len(failed)}/{len(rows)} checks hold; "
-        f"{_shown(out / 'policy.md')} in {time.monotonic() - t0:.0f} s"
+        f"{_shown(out / f'{args.name}.md')} in {time.monotonic() - t0:.0f} s"
     )
     return 1 if args.check and failed else 0
 

@@ -98,9 +98,11 @@ class Config:
     saturation_s: float = 8.0
     saturation_concurrency: int = 64
     overhead_requests: int = 400
-    rankings: tuple[str, ...] = ("greedy",)
-    epochs: int = 4
-    profile_runs: int = 10
+    # The default plan of `gnnaas generate` (rankings, axes, epochs) unless --quick says less.
+    rankings: tuple[str, ...] = ("greedy", "lasso")
+    epochs: int = 200
+    axes: tuple[str, ...] = ("features", "width", "fanouts", "precision")
+    profile_runs: int = 30
     client: str = "aiohttp"
     server_env: tuple[tuple[str, str], ...] = ()
 
@@ -124,7 +126,9 @@ QUICK = Config(
     slo_ms={1: 20.0, 64: 50.0},
     saturation_s=4.0,
     overhead_requests=200,
+    rankings=("greedy",),
     epochs=2,
+    axes=("features",),
     profile_runs=5,
 )
 
@@ -324,7 +328,8 @@ def prepare(cfg: Config, workdir: Path, device: str) -> tuple[Path, Path]:
         torch.set_num_threads(int(threads))
     say(
         f"prepare: {cfg.dataset}, archs sage gin, rankings {' '.join(cfg.rankings)}, "
-        f"prune 1 2 4 8, max {cfg.epochs} epochs, profile runs {cfg.profile_runs} -> {workdir}"
+        f"prune 1 2 4 8, axes {' '.join(cfg.axes)}, max {cfg.epochs} epochs, profile runs "
+        f"{cfg.profile_runs} -> {workdir}"
     )
     t0 = time.monotonic()
     tty = sys.stderr.isatty()
@@ -340,6 +345,7 @@ def prepare(cfg: Config, workdir: Path, device: str) -> tuple[Path, Path]:
         device=device,
         force=False,
         progress=tty,
+        axes=cfg.axes,
     )
     say(f"prepare: variants ready after {time.monotonic() - t0:.0f} s")
     if not has_profiles(profiles / store.name, repo.list(store.name)):

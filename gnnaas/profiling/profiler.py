@@ -487,7 +487,7 @@ def profile_dataset(
     progress: bool = False,
     warmup: int = 2,
     service_runs: int | None = None,
-    min_time_s: float = 1.0,
+    min_time_s: float = 0.5,
     variants: Sequence[str] | None = None,
     calibration: Calibration | None = None,
     threads: int | None = None,
@@ -516,7 +516,9 @@ def profile_dataset(
             (at most 200 runs). (default: ``max(3, runs // 3)``)
         min_time_s (float, optional): keep timing a split until this much time has passed, even
             after ``runs`` runs: the runs of a fast variant then span enough time for a short
-            burst of other work on the machine not to move its p50. (default: ``1.0``)
+            burst of other work on the machine not to move its p50. Service curves are timed in
+            interleaved rounds over every variant, which spreads such bursts too.
+            (default: ``0.5``)
         variants (Sequence[str], optional): profile only these variant ids. (default: all)
         calibration (Calibration, optional): ``BW``/``OPS`` to use instead of measuring them.
         threads (int, optional): torch intra-op threads while profiling (restored afterwards);
