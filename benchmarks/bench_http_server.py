@@ -1,7 +1,7 @@
 """Which ASGI server: uvicorn (httptools + uvloop, gnnaas' default) against its alternatives.
 
 Every server runs the same two apps, one process each, all up for the whole run on free
-127.0.0.1 ports: the gnnaas router (``gnnaas.serving.workers:worker_app``, synth-flickr@0.2
+127.0.0.1 ports: the gnnaas router (``gnnaas.serving.deploy.workers:worker_app``, synth-flickr@0.2
 variants of ``bench_policy.py``, router at ``X-Accuracy-Tolerance: 2``) and the trivial FastAPI app
 (``benchmarks/trivial_app.py``). Servers (``--servers``):
 
@@ -45,7 +45,7 @@ __all__ = ["main"]
 
 REPO = Path(__file__).resolve().parents[1]
 SERVERS = ("uvicorn", "uvicorn-h11", "granian", "hypercorn")
-APPS = {"gnnaas": "gnnaas.serving.workers:worker_app", "trivial": "trivial_app:create_app"}
+APPS = {"gnnaas": "gnnaas.serving.deploy.workers:worker_app", "trivial": "trivial_app:create_app"}
 _MODULE = {"uvicorn": "uvicorn", "uvicorn-h11": "uvicorn", "granian": "granian"}
 
 

@@ -11,7 +11,7 @@ Three parts, each speed-up switched off ("before") and on ("after") side by side
    (:meth:`gnnaas.models.GNN.fused_layer`), with the operators each dispatches per forward
    counted by :mod:`torch.profiler`.
 3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned (torch sampler and
-   FastAPI route; compiled sampler; and the predict fast lane, :mod:`gnnaas.serving.fastlane`;
+   FastAPI route; compiled sampler; and the predict fast lane, :mod:`gnnaas.serving.http.fastlane`;
    and the fused forward; and small batches on the event loop's thread,
    ``GNNAAS_INLINE_MAX_NODES``), sequential single-node requests (closed loop, one client, the same
    driver as ``bench_policy.py``), client p50/p99 and the server's ``Server-Timing`` stages,

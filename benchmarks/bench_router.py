@@ -1075,9 +1075,9 @@ def classify(stack: list[str], source: _Source) -> str:
             if "tolist" in text or "ExecResult" in text or "append" in text:
                 return "serialization"
             return "forward"
-        if path.endswith("gnnaas/serving/policy.py"):
+        if path.endswith("gnnaas/serving/core/policy.py"):
             return "policy"
-        if path.endswith("gnnaas/serving/router.py"):
+        if path.endswith("gnnaas/serving/core/router.py"):
             if name in _POLICY_FUNCS and name != "predict":
                 return "policy"
             if name == "_on_batch":
@@ -1085,9 +1085,9 @@ def classify(stack: list[str], source: _Source) -> str:
             if "select(" in source.line(path, line):
                 return "policy"
             return "queue (batcher)"
-        if path.endswith("gnnaas/serving/batcher.py"):
+        if path.endswith("gnnaas/serving/core/batcher.py"):
             return "queue (batcher)"
-        if path.endswith("gnnaas/serving/metrics.py") or "prometheus_client/" in path:
+        if path.endswith("gnnaas/serving/core/metrics.py") or "prometheus_client/" in path:
             return "metrics"
         if path.endswith("routes/predict.py"):
             text = source.line(path, line)

@@ -6,7 +6,7 @@ Servers (``--backends``), on free 127.0.0.1 ports:
 - ``workers2``: ``gnnaas serve --workers 2``;
 - ``trivial``: ``benchmarks/trivial_app.py`` on plain uvicorn (the floor of that stack);
 - ``ray1`` / ``ray2``: gnnaas on Ray Serve with 1 / 2 replicas of the dataset's deployment
-  (``gnnaas.serving.ray_backend.run_ray``, the code of ``gnnaas serve --backend ray``; needs the
+  (``gnnaas.serving.deploy.ray.run_ray``, the code of ``gnnaas serve --backend ray``; needs the
   ``[ray]`` extra), on a local Ray with ``num_cpus=2`` started in this process, next to the trivial
   app deployed on the same Serve proxy under ``/trivial`` (``trivial-ray@rayN``, the floor of the
   Ray stack), measured together with ``single`` again (``single@rayN``).
@@ -301,8 +301,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if rays:
             # Ray in this process (the driver): one local cluster, one Serve proxy; the trivial
             # app under /trivial next to gnnaas; 1 then 2 replicas of the dataset's deployment.
-            from gnnaas.serving import ray_backend
-            from gnnaas.serving.settings import Settings
+            from gnnaas.serving.deploy import ray as ray_backend
+            from gnnaas.serving.core.settings import Settings
 
             sys.path.insert(0, str(REPO / "benchmarks"))
             import trivial_app

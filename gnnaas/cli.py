@@ -97,7 +97,7 @@ def _serving_pipeline() -> dict[str, Any]:
     """The server's sampler, batch cap and inline threshold from the environment
     (``GNNAAS_SAMPLING``, ``GNNAAS_SEED``, ``GNNAAS_MAX_BATCH_NODES``,
     ``GNNAAS_INLINE_MAX_NODES``), so profiles measure the pipeline served."""
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
 
     settings = Settings()
     return {
@@ -114,7 +114,7 @@ def _profiling_pipeline(args: argparse.Namespace, device: Any) -> dict[str, Any]
     ``GNNAAS_TORCH_THREADS`` (profiles are timed with the threads they will be served with),
     plus the feature cache the server builds on ``device`` (``GNNAAS_FEATURE_CACHE_MB``, on
     CUDA only)."""
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
 
     pipeline = _serving_pipeline()
     if args.threads is not None:
@@ -703,8 +703,9 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _serve_workers(args: argparse.Namespace, sock: socket.socket, given: dict[str, Any]) -> int:
-    """``serve --workers N``: N uvicorn processes on ``sock`` (:mod:`gnnaas.serving.workers`)."""
-    from gnnaas.serving.workers import reuse_port_socket, run_workers
+    """``serve --workers N``: N uvicorn processes on ``sock``
+    (:mod:`gnnaas.serving.deploy.workers`)."""
+    from gnnaas.serving.deploy.workers import reuse_port_socket, run_workers
 
     environment = {f"GNNAAS_{key.upper()}": _env_value(value) for key, value in given.items()}
     address, family = sock.getsockname(), sock.family
@@ -727,9 +728,9 @@ def _env_value(value: Any) -> str:
 
 def _serve_ray(args: argparse.Namespace, settings: Any) -> int:
     """``serve --backend ray``: gnnaas on Ray Serve until interrupted
-    (:mod:`gnnaas.serving.ray_backend`)."""
+    (:mod:`gnnaas.serving.deploy.ray`)."""
     try:
-        from gnnaas.serving import ray_backend
+        from gnnaas.serving.deploy import ray as ray_backend
     except ImportError as exc:
         raise ConfigError(
             f"serve: --backend ray needs Ray Serve ({exc}); "
@@ -773,12 +774,12 @@ def _cmd_ray_config(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     try:
-        from gnnaas.serving import ray_backend
+        from gnnaas.serving.deploy import ray as ray_backend
     except ImportError as exc:
         raise ConfigError(
             f"ray-config: needs Ray Serve ({exc}); install it with pip install 'gnnaas[ray]'"
         ) from None
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
 
     given = {
         "variants_dir": args.variants,
@@ -815,7 +816,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from pydantic import ValidationError
 
         from gnnaas.errors import ConfigError
-        from gnnaas.serving.settings import Settings
+        from gnnaas.serving.core.settings import Settings
 
         given = {
             "variants_dir": args.variants,
@@ -852,8 +853,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
         if hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        logging.getLogger("gnnaas.serving.reload").setLevel(logging.INFO)
-        from gnnaas.serving.app import create_app
+        logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
+        from gnnaas.serving.http.app import create_app
 
         app = create_app(settings, reload_on_sighup=True)
         config = uvicorn.Config(

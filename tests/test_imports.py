@@ -33,8 +33,8 @@ from serving_fakes import tiny_store
 
 store = tiny_store()
 gnnaas.data.load_dataset = lambda name, data_root=None, **kwargs: store
-from gnnaas.serving.app import create_app
-from gnnaas.serving.settings import Settings
+from gnnaas.serving.http.app import create_app
+from gnnaas.serving.core.settings import Settings
 
 from fastapi.testclient import TestClient
 

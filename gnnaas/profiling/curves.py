@@ -2,7 +2,7 @@
 
 Used by the profiler (``service_times.csv``) and by a server whose execution settings differ
 from those a curve was measured under (it re-times the curve at start-up,
-:mod:`gnnaas.serving.retime`), so both measure the same call the same way: the server's batch
+:mod:`gnnaas.serving.core.retime`), so both measure the same call the same way: the server's batch
 handler (:class:`~gnnaas.inference.Executor`: dedupe, sample, gather, copy, forward, copy back,
 classes per request as lists) with one request of the batch's nodes, batches of at most
 ``inline_max_nodes`` nodes on the calling thread (as the server runs them on its event loop),

@@ -2,11 +2,12 @@
 
 The report says which variant a request gets, so it asks the router's own code instead of
 restating its rule: :func:`read_router_view` builds the candidates exactly as the server does
-(:func:`gnnaas.serving.profiles.read_profile_tables` and
-:func:`~gnnaas.serving.profiles.profile_of`, then :class:`gnnaas.serving.policy.Candidate`, the
-precomputed ``<base>@exact`` variants being lookups), drops the variants another dominates
-(:func:`gnnaas.serving.policy.dominated`) and :func:`tolerance_table` asks
-:func:`gnnaas.serving.policy.select_variant` for each tolerance and request size. One rule, one
+(:func:`gnnaas.serving.core.profiles.read_profile_tables` and
+:func:`~gnnaas.serving.core.profiles.profile_of`, then
+:class:`gnnaas.serving.core.policy.Candidate`, the precomputed ``<base>@exact`` variants being
+lookups), drops the variants another dominates (:func:`gnnaas.serving.core.policy.dominated`) and
+:func:`tolerance_table` asks
+:func:`gnnaas.serving.core.policy.select_variant` for each tolerance and request size. One rule, one
 answer: the report cannot pick another variant than the router, and a change to the policy
 changes the report with it.
 
@@ -33,7 +34,7 @@ from gnnaas.errors import ArtifactError
 from gnnaas.typing import PathType
 
 if TYPE_CHECKING:
-    from gnnaas.serving.policy import Candidate
+    from gnnaas.serving.core.policy import Candidate
 
 __all__ = [
     "REQUEST_SIZES",
@@ -52,7 +53,7 @@ REQUEST_SIZES: tuple[int, ...] = (1, 64)
 """Request sizes (target nodes) at which the report asks the router for its pick."""
 ROUTER_TIE_MARGIN = 0.1
 """The server's default ``GNNAAS_TIE_MARGIN``: predicted times within this fraction of the
-smallest are ties, won by the most accurate (:func:`gnnaas.serving.policy.select_variant`)."""
+smallest are ties, won by the most accurate (:func:`gnnaas.serving.core.policy.select_variant`)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class RouterView:
     Args:
         candidates (tuple[Candidate, ...]): the routable variants, in ``profiles.csv`` order.
         dominated_by (Mapping[str, str], optional): dominated id → an id that dominates it
-            (:func:`gnnaas.serving.policy.dominated`). (default: none)
+            (:func:`gnnaas.serving.core.policy.dominated`). (default: none)
         lookups (frozenset[str], optional): the precomputed variants. (default: none)
         not_routed (Mapping[str, str], optional): profiled variants the router would not route
             to, with the reason. (default: none)
@@ -93,9 +94,9 @@ def router_view(
         not_routed (Mapping[str, str], optional): variants left out, with why. (default: none)
 
     Returns:
-        RouterView: the candidates and :func:`gnnaas.serving.policy.dominated` of them.
+        RouterView: the candidates and :func:`gnnaas.serving.core.policy.dominated` of them.
     """
-    from gnnaas.serving.policy import dominated
+    from gnnaas.serving.core.policy import dominated
 
     return RouterView(
         tuple(candidates),
@@ -108,8 +109,8 @@ def router_view(
 def read_router_view(profiles_dir: PathType, split: str = "val") -> RouterView:
     """The candidates the server builds from ``profiles.csv`` and ``service_times.csv``.
 
-    The server's own readers (:mod:`gnnaas.serving.profiles`) turn each variant's ``split`` row
-    and service curve into a :class:`~gnnaas.serving.policy.Candidate`, so the report routes
+    The server's own readers (:mod:`gnnaas.serving.core.profiles`) turn each variant's ``split`` row
+    and service curve into a :class:`~gnnaas.serving.core.policy.Candidate`, so the report routes
     on what the router routes on. The server's sampler and execution settings are not known
     here: a curve is taken as measured.
 
@@ -123,8 +124,8 @@ def read_router_view(profiles_dir: PathType, split: str = "val") -> RouterView:
     Raises:
         ArtifactError: ``profiles.csv`` is missing or unreadable.
     """
-    from gnnaas.serving.policy import Candidate
-    from gnnaas.serving.profiles import profile_of, read_profile_tables
+    from gnnaas.serving.core.policy import Candidate
+    from gnnaas.serving.core.profiles import profile_of, read_profile_tables
     from gnnaas.variants.repository import EXACT_SUFFIX
 
     folder = Path(profiles_dir)
@@ -153,11 +154,11 @@ def frontier_table(view: RouterView, sizes: Sequence[int] = REQUEST_SIZES) -> pd
 
     Returns:
         pandas.DataFrame: ``variant, accuracy, admitted_from`` (the smallest tolerance that
-        admits it, :func:`gnnaas.serving.policy.admitting_tolerances`), ``service_ms_<n>`` per
+        admits it, :func:`gnnaas.serving.core.policy.admitting_tolerances`), ``service_ms_<n>`` per
         size (its predicted service time, idle), ``on_frontier``, ``dominated_by`` (empty on the
         frontier) and ``lookup``, in the candidates' order.
     """
-    from gnnaas.serving.policy import admitting_tolerances
+    from gnnaas.serving.core.policy import admitting_tolerances
 
     admitted_from = admitting_tolerances(view.candidates)
     rows = []
@@ -179,7 +180,7 @@ def frontier_table(view: RouterView, sizes: Sequence[int] = REQUEST_SIZES) -> pd
 def _baseline(frontier: Sequence[Candidate]) -> Candidate:
     """The most accurate candidate: the one the paired differences are taken against, else the
     first of the highest accuracy."""
-    from gnnaas.serving.policy import paired_comparable
+    from gnnaas.serving.core.policy import paired_comparable
 
     if paired_comparable(frontier):
         best = frontier[0].paired.best_variant if frontier[0].paired is not None else None
@@ -207,7 +208,7 @@ def tolerance_table(
     queued (``snapshot=None``); under load the router ranks by predicted completion with the
     queued work and may move to a faster admissible variant.
 
-    Admission is :func:`gnnaas.serving.policy.candidates_within`: the paired rule of
+    Admission is :func:`gnnaas.serving.core.policy.candidates_within`: the paired rule of
     :func:`gnnaas.profiling.uncertainty.admissible` when every frontier variant has a paired
     difference against the same best variant (``rule`` = ``paired interval``), else the point
     rule ``loss <= N`` (``point estimate``).
@@ -237,7 +238,7 @@ def tolerance_table(
     Raises:
         ValueError: ``view`` has no candidates.
     """
-    from gnnaas.serving.policy import RequestSpec, paired_comparable, select_variant
+    from gnnaas.serving.core.policy import RequestSpec, paired_comparable, select_variant
 
     frontier = view.frontier
     if not frontier:

@@ -263,7 +263,7 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
         ]
     sizes = " and ".join(_nodes(int(n)) for n in dict.fromkeys(table["num_nodes"]))
     lines.append(
-        "The router's own rule (gnnaas.serving.policy), applied to the candidates the server "
+        "The router's own rule (gnnaas.serving.core.policy), applied to the candidates the server "
         "builds from profiles.csv and service_times.csv. Admission: with loss L = the most "
         "accurate variant's validation accuracy minus a variant's, and [L_lo, L_hi] its paired "
         "95% interval, the variant is admissible under tolerance N when L_lo ≤ N (its loss is "
@@ -367,9 +367,9 @@ def _frontier_section(val: pd.DataFrame, frontier: pd.DataFrame, view: RouterVie
         f"**{len(front)} on the frontier**, {routable - len(front)} dominated. A variant is "
         "dominated when another one is admitted at every tolerance that admits it, is at least "
         "as accurate, and is at most as slow at every batch size of its service curve "
-        "(gnnaas.serving.policy.dominated): under any load the router would not prefer it. The "
-        "server lists dominated variants (with the variant that dominates each, as section 1 "
-        "does) but decides each request among the frontier only."
+        "(gnnaas.serving.core.policy.dominated): under any load the router would not prefer "
+        "it. The server lists dominated variants (with the variant that dominates each, as "
+        "section 1 does) but decides each request among the frontier only."
     )
     if view.not_routed:
         lines += ["", "Not routed:", ""]

@@ -1,8 +1,13 @@
-"""The router: FastAPI app, selection policy, dynamic batcher, executor and metrics.
+"""The server: the serving core, its HTTP face, and the ways to deploy it.
 
-The serving core (:class:`VariantRegistry`, :func:`select_variant`, :class:`Batcher`,
-:class:`Executor`, :class:`Router`) is plain Python free of FastAPI types; :func:`create_app` wraps
-it in the HTTP API of ARCHITECTURE.md §6.
+Three rooms, imports one way (``http`` and ``deploy`` import ``core``, never the reverse):
+
+- ``core/``: what decides and computes, plain Python free of FastAPI types: the variant registry
+  and profiles, the selection policy, the dynamic batcher, the router with its measured load,
+  reloads, metrics, drift, the settings and the live graph's writer;
+- ``http/``: the FastAPI app (:func:`create_app`), its edge and predict fast lane, the routes,
+  request parsing, dependencies and schemas (the HTTP contract of docs/architecture.md);
+- ``deploy/``: one app in N worker processes on one machine, and on Ray Serve.
 
 Names resolve lazily (PEP 562): importing the policy or the batcher does not load FastAPI, and
 nothing here loads training or plotting code.
@@ -15,11 +20,9 @@ from typing import TYPE_CHECKING
 from gnnaas._lazy import attach
 
 if TYPE_CHECKING:
-    from gnnaas.serving.app import create_app
-    from gnnaas.serving.batcher import Batched, Batcher, BatchStats
-    from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, StageTimes
-    from gnnaas.serving.metrics import ServingMetrics
-    from gnnaas.serving.policy import (
+    from gnnaas.serving.core.batcher import Batched, Batcher, BatchStats
+    from gnnaas.serving.core.metrics import ServingMetrics
+    from gnnaas.serving.core.policy import (
         Candidate,
         LoadSnapshot,
         RequestSpec,
@@ -28,19 +31,18 @@ if TYPE_CHECKING:
         VariantLoad,
         select_variant,
     )
-    from gnnaas.serving.profiles import VariantProfile
-    from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
-    from gnnaas.serving.reload import Reloader, ReloadError, ReloadSummary
-    from gnnaas.serving.router import NotFoundError, Prediction, Router
-    from gnnaas.serving.sampler import DepthSampler
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.profiles import VariantProfile
+    from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
+    from gnnaas.serving.core.reload import Reloader, ReloadError, ReloadSummary
+    from gnnaas.serving.core.router import NotFoundError, Prediction, Router
+    from gnnaas.serving.core.settings import Settings
+    from gnnaas.serving.http.app import create_app
 
 _SOURCES = {
-    "app": ("create_app",),
-    "batcher": ("BatchStats", "Batched", "Batcher"),
-    "executor": ("ExecRequest", "ExecResult", "Executor", "StageTimes"),
-    "metrics": ("ServingMetrics",),
-    "policy": (
+    "http.app": ("create_app",),
+    "core.batcher": ("BatchStats", "Batched", "Batcher"),
+    "core.metrics": ("ServingMetrics",),
+    "core.policy": (
         "Candidate",
         "LoadSnapshot",
         "RequestSpec",
@@ -49,12 +51,11 @@ _SOURCES = {
         "VariantLoad",
         "select_variant",
     ),
-    "profiles": ("VariantProfile",),
-    "registry": ("ServedDataset", "ServingVariant", "VariantRegistry"),
-    "reload": ("ReloadError", "ReloadSummary", "Reloader"),
-    "router": ("NotFoundError", "Prediction", "Router"),
-    "sampler": ("DepthSampler",),
-    "settings": ("Settings",),
+    "core.profiles": ("VariantProfile",),
+    "core.registry": ("ServedDataset", "ServingVariant", "VariantRegistry"),
+    "core.reload": ("ReloadError", "ReloadSummary", "Reloader"),
+    "core.router": ("NotFoundError", "Prediction", "Router"),
+    "core.settings": ("Settings",),
 }
 
 __all__ = [
@@ -62,10 +63,6 @@ __all__ = [
     "Batched",
     "Batcher",
     "Candidate",
-    "DepthSampler",
-    "ExecRequest",
-    "ExecResult",
-    "Executor",
     "LoadSnapshot",
     "NotFoundError",
     "Prediction",
@@ -80,7 +77,6 @@ __all__ = [
     "ServingMetrics",
     "ServingVariant",
     "Settings",
-    "StageTimes",
     "VariantLoad",
     "VariantProfile",
     "VariantRegistry",

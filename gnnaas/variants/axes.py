@@ -20,7 +20,7 @@ little training:
 :func:`derive_variants` applies the axes to the variants near the most accurate one (the dense
 frontier that small tolerances need) and stores each one with its ``axes``, its ``base`` and its
 accuracy measured through the serving path. Which variants are then worth routing is the
-router's and the report's business (dominance on the profiles, :mod:`gnnaas.serving.policy`).
+router's and the report's business (dominance on the profiles, :mod:`gnnaas.serving.core.policy`).
 """
 
 from __future__ import annotations

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from gnnaas.data.store import GraphStore
-from gnnaas.inference import Executor, FeatureCache, InferencePath, Transfer
+from gnnaas.inference import ExecRequest, Executor, FeatureCache, InferencePath, Transfer
 from gnnaas.models import build_model
 from gnnaas.sampling import serving_sampler
-from gnnaas.serving import ExecRequest
 
 NUM_CLASSES = 4
 

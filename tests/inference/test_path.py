@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from gnnaas.data.store import GraphStore
-from gnnaas.inference import InferencePath, StageTimes, metric, score_parts
+from gnnaas.inference import ExecRequest, Executor, InferencePath, StageTimes, metric, score_parts
 from gnnaas.models import build_model
 from gnnaas.sampling import DepthSampler, NeighborSampler, serving_sampler
-from gnnaas.serving import ExecRequest, Executor
-from gnnaas.serving.registry import consistent_sampler_factory
+from gnnaas.serving.core.registry import consistent_sampler_factory
 
 NUM_CLASSES = 4
 

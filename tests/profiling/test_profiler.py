@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gnnaas.errors import ArtifactError
+from gnnaas.inference.executor import ExecRequest, Executor
 from gnnaas.profiling.perfmodel import Calibration
 from gnnaas.profiling.profiler import profile_dataset
 from gnnaas.profiling.table import (
@@ -23,8 +24,7 @@ from gnnaas.profiling.table import (
     read_profiles,
     read_service_times,
 )
-from gnnaas.serving.executor import ExecRequest, Executor
-from gnnaas.serving.registry import consistent_sampler_factory
+from gnnaas.serving.core.registry import consistent_sampler_factory
 from gnnaas.variants.pipeline import generate_variants
 from gnnaas.variants.repository import VariantRepository
 from gnnaas.variants.training import TrainConfig

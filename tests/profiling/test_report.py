@@ -24,7 +24,7 @@ from gnnaas.profiling.frontier import (
 from gnnaas.profiling.report import PLOT_FILES, _resolve_dir, write_report
 from gnnaas.profiling.table import write_profiles
 from gnnaas.profiling.uncertainty import add_accuracy_intervals
-from gnnaas.serving.policy import (
+from gnnaas.serving.core.policy import (
     Candidate,
     PairedDiff,
     RequestSpec,
@@ -158,7 +158,7 @@ def test_paired_width() -> None:
 
 
 def test_report_tie_margin_is_the_servers_default() -> None:
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
 
     assert Settings.model_fields["tie_margin"].default == ROUTER_TIE_MARGIN
 

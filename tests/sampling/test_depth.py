@@ -57,7 +57,7 @@ def test_serving_sampler_modes() -> None:
 
 
 def test_serving_module_reexports_the_sampler() -> None:
-    from gnnaas.serving.sampler import DepthSampler as Reexported
+    from gnnaas.sampling.depth import DepthSampler as Reexported
 
     assert Reexported is DepthSampler
 

@@ -43,7 +43,7 @@ def ray_serve() -> Iterator[int]:
     the environment Ray starts with).
     """
     pytest.importorskip("ray.serve")
-    from gnnaas.serving import ray_backend
+    from gnnaas.serving.deploy import ray as ray_backend
 
     here = str(Path(__file__).resolve().parent)
     before = os.environ.get("PYTHONPATH")

@@ -180,7 +180,7 @@ def write_tiny_repository(
     server with the default settings on the CPU, so it routes on them as they are).
     """
     from gnnaas.inference.settings import execution_settings
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
 
     if settings is None:
         defaults = Settings()

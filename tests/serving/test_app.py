@@ -255,7 +255,7 @@ def test_500_logs_the_traceback_under_the_request_id(
 ) -> None:
     models["sage-full-1x"].fail = "kaboom"
     try:
-        with caplog.at_level("ERROR", logger="gnnaas.serving.app"):
+        with caplog.at_level("ERROR", logger="gnnaas.serving.http.app"):
             response = _post(client, [1], **{"X-Request-Id": "client-id-7"})
     finally:
         models["sage-full-1x"].fail = None
@@ -462,7 +462,7 @@ def test_docs_pages_load_only_local_assets(client: TestClient, page: str) -> Non
 def test_large_proba_is_encoded_off_the_loop_as_the_json_module_would(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gnnaas.serving.routes import predict
+    from gnnaas.serving.http.routes import predict
 
     nodes = list(range(40))
     inline = client.post(URL, json={"nodes": nodes, "return": "proba"}, headers=PIN_FULL)
@@ -488,7 +488,7 @@ def test_large_proba_is_encoded_off_the_loop_as_the_json_module_would(
 
 @pytest.mark.parametrize("chunk_rows", [1, 3, 256])
 def test_encode_payload_matches_the_json_module(chunk_rows: int) -> None:
-    from gnnaas.serving.routes.predict import encode_payload
+    from gnnaas.serving.http.routes.predict import encode_payload
 
     g = torch.Generator().manual_seed(0)
     proba = torch.softmax(torch.randn(50, 7, generator=g), dim=1).tolist()

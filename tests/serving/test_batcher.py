@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pytest
 
 from gnnaas.errors import OverloadedError
-from gnnaas.serving.batcher import Batcher, BatchStats
+from gnnaas.serving.core.batcher import Batcher, BatchStats
 
 
 class Handler:

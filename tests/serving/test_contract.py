@@ -34,7 +34,7 @@ def http(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
     port = request.getfixturevalue("ray_serve")
     from ray import serve
 
-    from gnnaas.serving import ray_backend
+    from gnnaas.serving.deploy import ray as ray_backend
 
     url = ray_backend.run_ray(
         Settings(**SETTINGS),

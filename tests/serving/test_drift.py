@@ -7,7 +7,7 @@ import torch
 from serving_fakes import FakeModel
 
 from gnnaas.serving import Router, Settings, VariantRegistry
-from gnnaas.serving.drift import DriftRecord
+from gnnaas.serving.core.drift import DriftRecord
 
 
 def test_empty_record() -> None:

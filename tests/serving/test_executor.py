@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from gnnaas.data.store import GraphStore
-from gnnaas.inference import PathOutput
+from gnnaas.inference import ExecRequest, Executor, PathOutput
+from gnnaas.inference.executor import embedding_dim
 from gnnaas.models import build_model
 from gnnaas.sampling import DepthSampler, NeighborSampler
-from gnnaas.serving import ExecRequest, Executor
-from gnnaas.serving.executor import embedding_dim
 
 
 @pytest.fixture(scope="module", autouse=True)

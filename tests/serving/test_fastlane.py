@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from serving_fakes import make_toy_registry
 
-import gnnaas.serving.app as app_module
+import gnnaas.serving.http.edge as edge_module
 from gnnaas.serving import Settings, create_app
 
 URL = "/v1/datasets/toy/predict"
@@ -20,7 +20,7 @@ URL = "/v1/datasets/toy/predict"
 def lane() -> Iterator[tuple[TestClient, list[bool]]]:
     """A toy app whose fast lane records, per request, whether it answered."""
     taken: list[bool] = []
-    real = app_module.try_predict
+    real = edge_module.try_predict
 
     async def spy(*args: Any) -> bool:
         answered = await real(*args)
@@ -28,13 +28,13 @@ def lane() -> Iterator[tuple[TestClient, list[bool]]]:
         return answered
 
     registry, _ = make_toy_registry()
-    app_module.try_predict = spy  # type: ignore[assignment]
+    edge_module.try_predict = spy  # type: ignore[assignment]
     try:
         app = create_app(Settings(warmup=False), registry)
         with TestClient(app) as client:
             yield client, taken
     finally:
-        app_module.try_predict = real  # type: ignore[assignment]
+        edge_module.try_predict = real  # type: ignore[assignment]
 
 
 def _post(client: TestClient, body: Any, **headers: str) -> Any:
@@ -81,19 +81,15 @@ def test_well_formed_requests_take_the_lane_and_answer_as_the_route(
 @pytest.mark.parametrize(
     ("body", "headers", "status", "detail"),
     [
-        ({"nodes": [0, 10**6]}, {}, 422, "first offenders: nodes[1]=1000000"),
         ({"nodes": [True, 1]}, {}, 422, "node ids must be integers"),
         ({"nodes": [1.0]}, {}, 422, "node ids must be integers"),
         ({"nodes": []}, {}, 422, "'nodes' is empty"),
         ({"nodes": [1], "extra": 1}, {}, 422, "unknown field 'extra'"),
         ({"nodes": [1], "return": "logits"}, {}, 422, "'return' must be 'class', 'proba' or"),
         (b"{not json", {}, 422, "malformed JSON body"),
-        ({"nodes": [1]}, {"X-Accuracy-Tolerance": "-1"}, 400, "X-Accuracy-Tolerance must be"),
-        ({"nodes": [1]}, {"X-Latency-SLO-Ms": "0"}, 400, "X-Latency-SLO-Ms must be"),
-        ({"nodes": [1]}, {"X-Variant": "nope-1x"}, 404, "unknown variant 'nope-1x'"),
     ],
 )
-def test_every_error_is_the_routes(
+def test_malformed_bodies_are_left_to_the_route(
     lane: tuple[TestClient, list[bool]],
     body: Any,
     headers: dict[str, str],
@@ -104,6 +100,33 @@ def test_every_error_is_the_routes(
     response = _post(client, body, **headers)
     assert taken[-1] is False
     assert response.status_code == status and detail in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "detail"),
+    [
+        ({"nodes": [0, 10**6]}, {}, 422, "first offenders: nodes[1]=1000000"),
+        ({"nodes": list(range(5000))}, {}, 413, "too many nodes: 5000 in one request"),
+        ({"nodes": [1]}, {"X-Accuracy-Tolerance": "-1"}, 400, "X-Accuracy-Tolerance must be"),
+        ({"nodes": [1]}, {"X-Latency-SLO-Ms": "0"}, 400, "X-Latency-SLO-Ms must be"),
+        ({"nodes": [1]}, {"X-Variant": "nope-1x"}, 404, "unknown variant 'nope-1x'"),
+    ],
+)
+def test_refusals_are_one_mapping_whichever_answers(
+    lane: tuple[TestClient, list[bool]],
+    body: dict[str, Any],
+    headers: dict[str, str],
+    status: int,
+    detail: str,
+) -> None:
+    """The lane parses and refuses with the route's own functions: same status and body."""
+    client, taken = lane
+    fast = _post(client, body, **headers)
+    assert taken[-1] is True
+    routed = _post(client, {**body, "return_": "class"}, **headers)  # a form only the route takes
+    assert taken[-1] is False
+    assert fast.status_code == routed.status_code == status
+    assert fast.json() == routed.json() and detail in fast.json()["detail"]
 
 
 def test_embeddings_are_served_by_the_route(lane: tuple[TestClient, list[bool]]) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gnnaas.serving import policy
-from gnnaas.serving.policy import (
+from gnnaas.serving.core import policy
+from gnnaas.serving.core.policy import (
     Candidate,
     LoadSnapshot,
     PairedDiff,
@@ -478,7 +478,7 @@ def test_router_never_loses_to_a_fixed_choice_under_steady_load(
 def test_admitting_tolerances_are_exactly_where_the_rule_admits() -> None:
     import random
 
-    from gnnaas.serving.policy import admitting_tolerances
+    from gnnaas.serving.core.policy import admitting_tolerances
 
     rng = random.Random(0)
     curve = ServiceCurve.from_points({1: 1.0, 1024: 10.0})

@@ -36,7 +36,7 @@ class _Answer:
 def two_replicas(ray_serve: int) -> Iterator[str]:
     from ray import serve
 
-    from gnnaas.serving import ray_backend
+    from gnnaas.serving.deploy import ray as ray_backend
 
     url = ray_backend.run_ray(
         Settings(**SETTINGS),
@@ -64,7 +64,7 @@ def _poll(cond: object, timeout_s: float, what: str) -> None:
 
 
 def test_killed_replica_is_restarted_and_only_its_requests_fail(two_replicas: str) -> None:
-    from gnnaas.serving.ray_backend import replica_pids
+    from gnnaas.serving.deploy.ray import replica_pids
 
     before: dict[str, int] = {}
 
@@ -138,7 +138,7 @@ def test_request_in_flight_on_a_killed_replica_gets_503(ray_serve: int, tmp_path
     death, well before the call timeout, and Ray brings a new replica up."""
     from ray import serve
 
-    from gnnaas.serving import ray_backend
+    from gnnaas.serving.deploy import ray as ray_backend
 
     armed, marker = tmp_path / "armed", tmp_path / "in-flight"
     factory = functools.partial(hanging_toy_registry_factory, str(armed), str(marker), 60.0)

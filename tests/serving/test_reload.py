@@ -32,7 +32,7 @@ from serving_fakes import (
 import gnnaas.data
 from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.serving import Settings, VariantRegistry, create_app
-from gnnaas.serving.routes.admin import DISABLED_DETAIL
+from gnnaas.serving.http.routes.admin import DISABLED_DETAIL
 
 TOKEN = "s3cret-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -365,7 +365,7 @@ async def test_concurrent_reloads_run_one_after_the_other() -> None:
 
 
 async def test_sighup_handler_reloads_and_logs(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="gnnaas.serving.reload")
+    caplog.set_level(logging.INFO, logger="gnnaas.serving.core.reload")
     source = ToySource()
     app, _ = _toy_app(source, admin_token=None)  # SIGHUP needs no token
     reloader = app.state.reloader

@@ -13,7 +13,7 @@ from test_app import SETTINGS
 
 from gnnaas.errors import OverloadedError
 from gnnaas.serving import Settings
-from gnnaas.serving.remote import DatasetDescription, DatasetServer, RemoteRouter
+from gnnaas.serving.deploy.remote import DatasetDescription, DatasetServer, RemoteRouter
 
 
 class _Lost(Exception):
@@ -21,7 +21,7 @@ class _Lost(Exception):
 
 
 class _Caller:
-    """A :class:`~gnnaas.serving.remote.DatasetCaller` over an in-process replica that serves,
+    """A :class:`~gnnaas.serving.deploy.remote.DatasetCaller` over an in-process replica that serves,
     hangs (never answers) or loses the call, as ``mode`` says."""
 
     def __init__(self, server: DatasetServer) -> None:

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 import gnnaas.data
 from gnnaas.inference.settings import execution_settings
 from gnnaas.serving import Settings
-from gnnaas.serving.app import create_app
+from gnnaas.serving.http.app import create_app
 
 
 @pytest.fixture

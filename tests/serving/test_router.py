@@ -12,7 +12,7 @@ from serving_fakes import FakeModel, held
 
 from gnnaas.errors import OverloadedError
 from gnnaas.serving import NotFoundError, Router, Settings, VariantRegistry
-from gnnaas.serving.policy import LoadSnapshot, RequestSpec, candidates_within, select_variant
+from gnnaas.serving.core.policy import LoadSnapshot, RequestSpec, candidates_within, select_variant
 
 
 @pytest.fixture

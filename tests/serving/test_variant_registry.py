@@ -168,10 +168,10 @@ def test_feature_caches_are_planned_on_cuda_only_within_the_budget(
     import torch
     from pydantic import ValidationError
 
+    from gnnaas.inference.executor import ExecRequest
     from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
-    from gnnaas.serving.executor import ExecRequest
-    from gnnaas.serving.registry import _plan_feature_caches
-    from gnnaas.serving.router import default_executor_factory
+    from gnnaas.serving.core.registry import _plan_feature_caches
+    from gnnaas.serving.core.router import default_executor_factory
 
     stores["tiny"] = store = tiny_store()
     write_tiny_repository(tmp_path, store)

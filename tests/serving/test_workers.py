@@ -17,7 +17,7 @@ from serving_fakes import write_tiny_repository
 from test_server import HOST, _free_port, _stop
 
 from gnnaas.data.store import GraphStore
-from gnnaas.serving.workers import share_store
+from gnnaas.data.shared import share_store
 
 
 def _store(seed: int = 0) -> GraphStore:
@@ -138,7 +138,7 @@ def test_the_supervisor_side_loads_no_torch() -> None:
     # The --workers supervisor reads the settings and runs uvicorn's supervisor: no torch, so it
     # stays a few dozen MB next to workers that each hold the models.
     code = (
-        "import sys, gnnaas.cli, gnnaas.serving.settings, gnnaas.serving.workers; "
+        "import sys, gnnaas.cli, gnnaas.serving.core.settings, gnnaas.serving.deploy.workers; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -149,7 +149,7 @@ def test_settings_default_inline_batches_match_the_executor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from gnnaas.inference import INLINE_MAX_NODES
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
 
     monkeypatch.delenv("GNNAAS_INLINE_MAX_NODES", raising=False)  # the serving tests set it
     assert Settings().inline_max_nodes == INLINE_MAX_NODES

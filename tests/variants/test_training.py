@@ -244,8 +244,8 @@ def test_evaluate_scores_what_the_server_answers(
     sage_result: TrainResult,
 ) -> None:
     # One execution path: any batch size gives the server's answers (float order aside).
-    from gnnaas.serving.executor import ExecRequest, Executor
-    from gnnaas.serving.registry import consistent_sampler_factory
+    from gnnaas.inference.executor import ExecRequest, Executor
+    from gnnaas.serving.core.registry import consistent_sampler_factory
 
     model, nodes = sage_result.model, small_store.test_idx
     one_node = 1.0 / nodes.numel()

@@ -1,7 +1,7 @@
 """Writes to a live graph: new nodes, edges added and removed, a node's features.
 
 Every route needs ``Authorization: Bearer $GNNAAS_WRITE_TOKEN`` and a server started with
-``--state-dir`` (:mod:`gnnaas.serving.live`). Errors:
+``--state-dir`` (:mod:`gnnaas.serving.core.live`). Errors:
 
 ======  ===================================================================================
 status  when
@@ -34,17 +34,17 @@ from pydantic import BaseModel, ValidationError
 
 from gnnaas.data.live import Staging, Write, WriteError, WriteTooLarge
 from gnnaas.errors import OverloadedError
-from gnnaas.serving.deps import RouterDep, check_bearer, dataset_of
-from gnnaas.serving.live import LiveWriter
-from gnnaas.serving.router import Router
-from gnnaas.serving.schemas import (
+from gnnaas.serving.core.live import LiveWriter
+from gnnaas.serving.core.router import Router
+from gnnaas.serving.core.settings import Settings
+from gnnaas.serving.http.deps import RouterDep, check_bearer, dataset_of
+from gnnaas.serving.http.schemas import (
     EdgesWrite,
     ErrorResponse,
     FeaturesWrite,
     NodesWrite,
     WriteResponse,
 )
-from gnnaas.serving.settings import Settings
 
 __all__ = ["router"]
 

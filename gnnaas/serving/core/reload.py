@@ -2,9 +2,10 @@
 
 :class:`Reloader` rereads the folders the server was started with (its ``loader``; never a path
 given in a request) in a worker thread, strictly
-(:meth:`VariantRegistry.load(strict=True) <gnnaas.serving.registry.VariantRegistry.load>`), and
-hands the new registry to :meth:`Router.reload <gnnaas.serving.router.Router.reload>`, which builds
-and warms the new lanes off to the side, swaps them in on the event loop and drains the old ones.
+(:meth:`VariantRegistry.load(strict=True) <gnnaas.serving.core.registry.VariantRegistry.load>`), and
+hands the new registry to :meth:`Router.reload <gnnaas.serving.core.router.Router.reload>`, which
+builds and warms the new lanes off to the side, swaps them in on the event loop and drains the old
+ones.
 Requests keep being served by the previous set throughout, and a request accepted by it is
 finished by it.
 
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gnnaas.errors import GnnaasError, OverloadedError
-from gnnaas.serving.registry import ServingVariant, VariantRegistry
-from gnnaas.serving.router import Router
+from gnnaas.serving.core.registry import ServingVariant, VariantRegistry
+from gnnaas.serving.core.router import Router
 
 __all__ = ["RegistryLoader", "ReloadError", "ReloadSummary", "Reloader", "summarize"]
 

@@ -28,8 +28,8 @@ name                                 type       labels
 The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its profiled service
 curve, no load factor) and measured batch time; ``gnnaas_batch_time_rel_error`` is the median
 relative error ``measured / predicted - 1`` (signed, and absolute) over the variant's recent
-batches (:class:`~gnnaas.serving.drift.DriftRecord`), read at scrape time; the ``*_scaled`` stats
-are the same against the router's prediction (the curve times the device's speed factor).
+batches (:class:`~gnnaas.serving.core.drift.DriftRecord`), read at scrape time; the ``*_scaled``
+stats are the same against the router's prediction (the curve times the device's speed factor).
 
 Several worker processes (``gnnaas serve --workers N``) share prometheus-client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` set before the process starts): counters and histograms are summed
@@ -57,7 +57,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gnnaas.serving.drift import DriftRecord
+from gnnaas.serving.core.drift import DriftRecord
 
 __all__ = ["CONTENT_TYPE", "PUBLISH_INTERVAL_S", "QueueDepth", "ServingMetrics", "multiprocess_dir"]
 

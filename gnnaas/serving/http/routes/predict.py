@@ -9,44 +9,28 @@ other request for the whole body.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Annotated, Any
 
 import anyio.to_thread
 import orjson
-from fastapi import APIRouter, Header, HTTPException, Path, Request, Response
+from fastapi import APIRouter, Header, Path, Request, Response
 
-from gnnaas.serving.deps import dataset_of, router_of
-from gnnaas.serving.executor import Output
-from gnnaas.serving.registry import ServedDataset
-from gnnaas.serving.router import Router
-from gnnaas.serving.schemas import ErrorResponse, PredictRequest, PredictResponse
+from gnnaas.inference.executor import Output
+from gnnaas.serving.core.registry import ServedDataset
+from gnnaas.serving.core.router import Router
+from gnnaas.serving.http.deps import dataset_of, router_of
+from gnnaas.serving.http.requests import START_KEY, check_nodes, read_headers
+from gnnaas.serving.http.schemas import ErrorResponse, PredictRequest, PredictResponse
 
-__all__ = [
-    "CHUNK_ROWS",
-    "OFFLOAD_VALUES",
-    "REQUEST_ID_KEY",
-    "START_KEY",
-    "answer",
-    "encode_payload",
-    "router",
-]
+__all__ = ["CHUNK_ROWS", "OFFLOAD_VALUES", "answer", "encode_payload", "router"]
 
 _log = logging.getLogger(__name__)
-
-START_KEY = "gnnaas.start"
-"""ASGI scope key holding ``time.perf_counter()`` when the request arrived (set by the app)."""
-
-REQUEST_ID_KEY = "gnnaas.request_id"
-"""ASGI scope key holding the request's id, also sent as ``X-Request-Id`` (set by the app)."""
 
 #: bodies with more values than this are encoded in a worker thread
 OFFLOAD_VALUES = 16_384
 #: rows per orjson call when encoding in a worker thread
 CHUNK_ROWS = 256
-
-_MAX_OFFENDERS = 5
 
 router = APIRouter(tags=["predict"])
 
@@ -61,30 +45,6 @@ _SLO_DOC = (
     "is within tolerance."
 )
 _PIN_DOC = "Optional variant id to serve with (debugging, A/B); skips selection. Unknown → 404."
-
-
-def _header_number(name: str, text: str | None, *, strictly_positive: bool) -> float | None:
-    if text is None:
-        return None
-    bound = "> 0" if strictly_positive else ">= 0"
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (strictly_positive and value == 0):
-        raise HTTPException(400, f"{name} must be a finite number {bound} (got {text!r})")
-    return value
-
-
-def _offenders(nodes: list[int], num_nodes: int) -> list[str]:
-    """``nodes[i]=v`` for the first ids outside ``[0, num_nodes)``."""
-    out = []
-    for i, v in enumerate(nodes):
-        if not 0 <= v < num_nodes:
-            out.append(f"nodes[{i}]={v}")
-            if len(out) == _MAX_OFFENDERS:
-                break
-    return out
 
 
 def _ms(value: float) -> float:
@@ -159,6 +119,7 @@ async def predict(
     request: Request,
     dataset: Annotated[str, Path(description="Dataset name, e.g. `Cora` or `synth-small`.")],
     body: PredictRequest,
+    # The headers are declared for the OpenAPI schema; read_headers parses them.
     x_accuracy_tolerance: Annotated[
         str | None, Header(alias="X-Accuracy-Tolerance", description=_TOLERANCE_DOC)
     ] = None,
@@ -171,42 +132,24 @@ async def predict(
     start = request.scope.get(START_KEY) or time.perf_counter()
     core = router_of(request)
     served = dataset_of(core, dataset)
-    metrics = core.metrics
-    try:
-        tolerance = _header_number(
-            "X-Accuracy-Tolerance", x_accuracy_tolerance, strictly_positive=False
-        )
-        slo_ms = _header_number("X-Latency-SLO-Ms", x_latency_slo_ms, strictly_positive=True)
-    except HTTPException:
-        metrics.rejected("bad_header")
-        raise
-    nodes = body.nodes
-    limit = core.settings.max_request_nodes
-    if len(nodes) > limit:
-        metrics.rejected("too_many_nodes")
-        raise HTTPException(
-            413, f"too many nodes: {len(nodes)} in one request, the limit is {limit}; split it"
-        )
-    num_nodes = served.num_nodes
-    # min/max over a Python list beats building a tensor here; the executor thread converts
-    # the ids of a whole batch at once.
-    if min(nodes) < 0 or max(nodes) >= num_nodes:
-        metrics.rejected("invalid_nodes")
-        raise HTTPException(
-            422,
-            f"node ids must be in [0, {num_nodes}) for dataset {served.name!r}; "
-            f"first offenders: {', '.join(_offenders(nodes, num_nodes))}",
-        )
-
+    # The fast lane reads the same headers with the same parser (gnnaas.serving.http.requests);
+    # its RequestError is answered by the app's handler with the same mapping.
+    asked = read_headers(request.headers.get)
+    check_nodes(
+        body.nodes,
+        dataset=served.name,
+        num_nodes=served.num_nodes,
+        limit=core.settings.max_request_nodes,
+    )
     # Unexpected errors propagate: the app logs them with the request id and answers 500.
     content, headers = await answer(
         core,
         served,
-        nodes,
+        body.nodes,
         output=body.return_,
-        tolerance=tolerance,  # None: 0, or unbounded with an SLO alone
-        slo_ms=slo_ms,
-        pinned=x_variant,
+        tolerance=asked.tolerance,  # None: 0, or unbounded with an SLO alone
+        slo_ms=asked.slo_ms,
+        pinned=asked.pinned,
         start=start,
     )
     return Response(content, media_type="application/json", headers=headers)
@@ -226,7 +169,7 @@ async def answer(
     """Serves validated node ids and builds the response: the JSON body and its headers.
 
     The one place a predict answer is made, for the route above and for the app's fast lane
-    (:mod:`gnnaas.serving.fastlane`), so both answer byte for byte alike.
+    (:mod:`gnnaas.serving.http.fastlane`), so both answer byte for byte alike.
 
     Raises:
         NotFoundError: unknown pinned variant.

@@ -19,14 +19,14 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
-from gnnaas.serving.policy import Candidate, dominated
-from gnnaas.serving.profiles import VariantProfile, profile_of, read_profile_tables
+from gnnaas.serving.core.policy import Candidate, dominated
+from gnnaas.serving.core.profiles import VariantProfile, profile_of, read_profile_tables
 
 if TYPE_CHECKING:
+    from gnnaas.inference.executor import Sampler
     from gnnaas.inference.lookup import PrecomputedAnswers
-    from gnnaas.serving.executor import Sampler
-    from gnnaas.serving.live import LiveState
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.live import LiveState
+    from gnnaas.serving.core.settings import Settings
 
 __all__ = [
     "ServedDataset",
@@ -159,7 +159,7 @@ class ServedDataset:
 
     def refresh(self) -> None:
         """Recomputes :attr:`candidates` from the variants' profiles: the routable variants
-        that no other dominates (:func:`~gnnaas.serving.policy.dominated`; the others are in
+        that no other dominates (:func:`~gnnaas.serving.core.policy.dominated`; the others are in
         :attr:`dominated_by`, profiled and shown but never considered per request)."""
         routable = [
             Candidate(v.variant_id, v.profile.accuracy, v.profile.service, v.profile.paired)
@@ -510,12 +510,12 @@ class VariantRegistry:
                 notes.append(f"dataset {name} skipped: {problem}")
                 continue
             if settings.shared_store_dir is not None:
-                from gnnaas.serving.workers import share_store
+                from gnnaas.data.shared import share_store
 
                 share_store(store, (v.kept_features for v in variants), settings.shared_store_dir)
             state = None
             if settings.state_dir is not None:
-                from gnnaas.serving.live import LiveState
+                from gnnaas.serving.core.live import LiveState
 
                 # A graph this process has open is reused (a reload keeps its writes and lock).
                 state = LiveState.open(store, settings.state_dir)
@@ -597,7 +597,7 @@ def _precomputed_answers(
             )
         return answers, None
     from gnnaas.data.live import Staleness, writes_since
-    from gnnaas.serving.live import LiveState
+    from gnnaas.serving.core.live import LiveState
 
     state = LiveState.open(store, settings.state_dir)
     graph = state.graph

@@ -67,7 +67,7 @@ class Settings(BaseSettings):
             variants; ``False`` leaves such variants out of routing, saying why.
             (default: ``True``)
         fast_lane (bool): answer well-formed predict requests without FastAPI's per-request
-            machinery (:mod:`gnnaas.serving.fastlane`; errors still go through FastAPI).
+            machinery (:mod:`gnnaas.serving.http.fastlane`; errors still go through FastAPI).
             (default: ``True``)
         shutdown_timeout_s (float): how long shutdown waits for accepted requests; a reload waits
             as long for the previous variants' queued requests. (default: ``30``)
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
             (``GNNAAS_WRITE_TOKEN``); unset or empty, they answer 403. (default: ``None``)
         shared_store_dir (Path, optional): memory-map the graph stores and pruned feature copies
             through files in this folder so that several server processes share one copy
-            (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.workers`). (default:
+            (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.deploy.workers`). (default:
             ``None``: private tensors)
         feature_cache_mb (float): device memory (MiB) for feature caches on CUDA: the pruned
             rows of each served variant's most read nodes stay on the GPU and a batch copies only
@@ -124,6 +124,7 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None
     shared_store_dir: Path | None = None
+    supervisor_pid: int | None = Field(default=None, ge=1)
     state_dir: Path | None = None
     write_token: SecretStr | None = None
     feature_cache_mb: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)

@@ -2,10 +2,10 @@
 
 :class:`Router` is plain Python (no FastAPI types), so that the same object could sit behind another
 ingress later (ARCHITECTURE.md §7). For every request it takes a load snapshot from its own
-batchers (one frozen :class:`~gnnaas.serving.policy.LoadSnapshot`, the same object that
+batchers (one frozen :class:`~gnnaas.serving.core.policy.LoadSnapshot`, the same object that
 ``GET /v1/datasets/{dataset}/variants`` shows), asks the pure
-:func:`~gnnaas.serving.policy.select_variant` for a variant (or honours a pinned one), and queues
-the request on that variant's batcher.
+:func:`~gnnaas.serving.core.policy.select_variant` for a variant (or honours a pinned one), and
+queues the request on that variant's batcher.
 
 All variants of a process share one device, and at most ``max_concurrent_batches`` batches run on
 it at once (a shared gate; on a CPU one batch already uses every intra-op thread, so two batches
@@ -27,7 +27,7 @@ that profiled is noticed after a few batches.
 
 :meth:`Router.reload` replaces the served set (a new *generation*) without failing a request: the
 new lanes are built and warmed up off to the side, swapped in on the event loop, and the old ones
-drain what was queued on them (:mod:`gnnaas.serving.reload` drives it).
+drain what was queued on them (:mod:`gnnaas.serving.core.reload` drives it).
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ from torch import Tensor
 
 from gnnaas.errors import ConfigError, OverloadedError
 from gnnaas.inference.cache import FeatureCache
-from gnnaas.serving.batcher import Batcher, BatchStats
-from gnnaas.serving.drift import DriftRecord
-from gnnaas.serving.executor import ExecRequest, ExecResult, Executor, Output
-from gnnaas.serving.metrics import QueueDepth, ServingMetrics
-from gnnaas.serving.policy import (
+from gnnaas.inference.executor import ExecRequest, ExecResult, Executor, Output
+from gnnaas.serving.core.batcher import Batcher, BatchStats
+from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
+from gnnaas.serving.core.policy import (
     Candidate,
     LoadSnapshot,
     RequestSpec,
@@ -63,8 +63,8 @@ from gnnaas.serving.policy import (
     fastest_everywhere,
     select_admitted,
 )
-from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
-from gnnaas.serving.settings import Settings
+from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
+from gnnaas.serving.core.settings import Settings
 
 __all__ = [
     "ExecutorFactory",
@@ -190,7 +190,7 @@ class Lane:
     Every served batch is also recorded as (batch nodes, time predicted by the variant's
     unscaled profiled curve, measured time, the device factor in force while it ran) in
     :attr:`drift` (a
-    :class:`~gnnaas.serving.drift.DriftRecord`, published by ``/metrics``), so a curve that is
+    :class:`~gnnaas.serving.core.drift.DriftRecord`, published by ``/metrics``), so a curve that is
     wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
     """
 
@@ -259,7 +259,7 @@ class Lane:
         """Predicted (unscaled profiled curve) vs measured batch time of recent batches.
 
         Returns:
-            dict: :meth:`~gnnaas.serving.drift.DriftRecord.summary` (``count``,
+            dict: :meth:`~gnnaas.serving.core.drift.DriftRecord.summary` (``count``,
             ``median_abs_rel_error``, ``median_rel_error``, ``predicted_ms_median``,
             ``measured_ms_median``, ``by_batch_nodes``).
         """
@@ -360,7 +360,7 @@ class Router:
     def exclusive(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Holds the device gate entirely: no batch runs meanwhile (live graph writes apply
         under it, so every forward pass reads one version of the graph)."""
-        from gnnaas.serving.live import all_permits
+        from gnnaas.serving.core.live import all_permits
 
         if self._gate is None:
             return contextlib.nullcontext()
@@ -454,7 +454,7 @@ class Router:
         previous set's traffic (the figures are then a little noisier).
         """
         from gnnaas.inference.settings import execution_settings
-        from gnnaas.serving.retime import needs_retime, retime_curves
+        from gnnaas.serving.core.retime import needs_retime, retime_curves
 
         todo = [ds for ds in registry.datasets.values() if needs_retime(ds)]
         if not todo:
@@ -633,7 +633,7 @@ class Router:
         """The variant for a request: ``pinned`` if given, else the policy's choice.
 
         ``tolerance=None`` means none was given: 0 (the most accurate variant), or every variant
-        when ``slo_ms`` is given (see :mod:`gnnaas.serving.policy`). A precomputed variant is
+        when ``slo_ms`` is given (see :mod:`gnnaas.serving.core.policy`). A precomputed variant is
         chosen only for ``nodes`` whose answers are all fresh: for a stale node (changed by a
         write since) the policy chooses among the other admissible variants, if any (else the
         precomputed variant computes it exactly, slower than its profile).
@@ -697,7 +697,7 @@ class Router:
         """Serves one request of validated node ids.
 
         ``output`` is what it returns per node: ``"class"``, ``"proba"`` or ``"embedding"``
-        (:class:`~gnnaas.serving.executor.ExecRequest`).
+        (:class:`~gnnaas.inference.executor.ExecRequest`).
 
         Raises:
             NotFoundError: unknown pinned variant.

@@ -2,9 +2,9 @@
 
 ARCHITECTURE.md §7: on more than one process the router's policy runs where requests come in and
 the variants run elsewhere. This module holds both halves as plain Python, free of any
-distribution framework (:mod:`gnnaas.serving.ray_backend` puts them in Ray Serve deployments):
+distribution framework (:mod:`gnnaas.serving.deploy.ray` puts them in Ray Serve deployments):
 
-- :class:`DatasetServer`, in every replica of one dataset: a :class:`~gnnaas.serving.router.Router`
+- :class:`DatasetServer`, in every replica of one dataset: a :class:`~gnnaas.serving.core.router.Router`
   over that dataset alone (graph store and every variant resident, one batcher per variant),
   serving requests whose variant the ingress already chose (pinned). Every answer carries the
   replica's :class:`ReplicaLoad`: its load snapshot (queued and running nodes per variant, its
@@ -41,14 +41,14 @@ from prometheus_client.registry import Collector
 from torch import Tensor
 
 from gnnaas.errors import ConfigError, OverloadedError
-from gnnaas.serving.drift import DriftRecord
-from gnnaas.serving.executor import Output, embedding_dim
-from gnnaas.serving.metrics import QueueDepth, ServingMetrics
-from gnnaas.serving.policy import LoadSnapshot
-from gnnaas.serving.profiles import VariantProfile
-from gnnaas.serving.registry import ServedDataset, ServingVariant, VariantRegistry
-from gnnaas.serving.router import ExecutorFactory, Prediction, Router
-from gnnaas.serving.settings import Settings
+from gnnaas.inference.executor import Output, embedding_dim
+from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
+from gnnaas.serving.core.policy import LoadSnapshot
+from gnnaas.serving.core.profiles import VariantProfile
+from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
+from gnnaas.serving.core.router import ExecutorFactory, Prediction, Router
+from gnnaas.serving.core.settings import Settings
 
 __all__ = [
     "REPLICA_METRICS",
@@ -105,7 +105,7 @@ class ReplicaLoad:
 @dataclass(frozen=True)
 class ReplicaAnswer:
     """A served request, as a replica returns it (the fields of
-    :class:`~gnnaas.serving.router.Prediction` less the variant, plus the replica's load)."""
+    :class:`~gnnaas.serving.core.router.Prediction` less the variant, plus the replica's load)."""
 
     predictions: list[Any]
     queue_ms: float
@@ -214,7 +214,7 @@ class DatasetServer:
         report_interval_s (float, optional): the shortest time between two answers that carry
             the replica's metrics and drift. (default: ``1.0``)
         executor_factory (ExecutorFactory, optional): the variants' batch handlers (tests).
-            (default: ``None``: :class:`~gnnaas.serving.executor.Executor`)
+            (default: ``None``: :class:`~gnnaas.inference.executor.Executor`)
 
     Raises:
         ValueError: the registry does not hold exactly one dataset.
@@ -344,7 +344,7 @@ def _no_executor(dataset: ServedDataset, variant: ServingVariant) -> Any:
 
 class _Weightless(torch.nn.Module):
     """A variant's model as the ingress holds it: no weights, only its embedding width (read by
-    :func:`~gnnaas.serving.executor.embedding_dim` for the variant listing)."""
+    :func:`~gnnaas.inference.executor.embedding_dim` for the variant listing)."""
 
     def __init__(self, embedding_dim: int | None) -> None:
         super().__init__()

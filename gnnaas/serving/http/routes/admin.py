@@ -29,19 +29,17 @@ reload that started after it asked.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gnnaas.serving.deps import check_bearer
-from gnnaas.serving.reload import Reloader, ReloadError
-from gnnaas.serving.routes.predict import REQUEST_ID_KEY
-from gnnaas.serving.schemas import ErrorResponse, ReloadResponse
-from gnnaas.serving.settings import Settings
-from gnnaas.serving.workers import SUPERVISOR_ENV
+from gnnaas.serving.core.reload import Reloader, ReloadError
+from gnnaas.serving.core.settings import Settings
+from gnnaas.serving.http.deps import check_bearer
+from gnnaas.serving.http.requests import REQUEST_ID_KEY
+from gnnaas.serving.http.schemas import ErrorResponse, ReloadResponse
 
 __all__ = ["DISABLED_DETAIL", "require_admin", "router"]
 
@@ -104,8 +102,9 @@ async def reload(request: Request) -> Any:
     """Reloads variants, profiles and datasets from the server's folders, without downtime."""
     reloader: Reloader = request.app.state.reloader
     request_id = request.scope.get(REQUEST_ID_KEY, "-")
-    supervisor = os.environ.get(SUPERVISOR_ENV)
-    if supervisor:  # one of several workers: reloading only this one would split the service
+    supervisor = request.app.state.settings.supervisor_pid
+    # one of several workers: reloading only this one would split the service
+    if supervisor is not None:
         detail = (
             f"this server runs several worker processes; reload them all with SIGHUP to the "
             f"`gnnaas serve` process (kill -HUP {supervisor}), which restarts them one by one"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from gnnaas.serving.metrics import CONTENT_TYPE, ServingMetrics
-from gnnaas.serving.router import Router
-from gnnaas.serving.schemas import Health, Readiness
+from gnnaas.serving.core.metrics import CONTENT_TYPE, ServingMetrics
+from gnnaas.serving.core.router import Router
+from gnnaas.serving.http.schemas import Health, Readiness
 
 __all__ = ["router"]
 

@@ -19,9 +19,9 @@ import time
 from collections.abc import Mapping
 
 from gnnaas.profiling.curves import CurveTimer, Handler, service_sizes
-from gnnaas.serving.policy import ServiceCurve
-from gnnaas.serving.registry import ServedDataset
-from gnnaas.serving.settings import Settings
+from gnnaas.serving.core.policy import ServiceCurve
+from gnnaas.serving.core.registry import ServedDataset
+from gnnaas.serving.core.settings import Settings
 
 __all__ = ["RETIME_MIN_TIME_S", "RETIME_RUNS", "needs_retime", "retime_curves"]
 

@@ -7,45 +7,37 @@ is how a multi-worker server reloads). Each worker builds the app with :func:`wo
 same ``GNNAAS_*`` environment, and shares two folders the parent creates for the server's lifetime:
 
 - ``GNNAAS_SHARED_STORE_DIR``: the graph stores and the variants' pruned feature copies as ``.npy``
-  files, memory-mapped by every worker (:func:`share_store`), so N workers keep one copy of the
-  features in the page cache instead of N private ones. The first worker to load a dataset writes
-  its files under a lock; the others map them. Files are keyed by a digest of the graph, so a reload
-  that changes a dataset writes new ones.
+  files, memory-mapped by every worker (:func:`gnnaas.data.shared.share_store`), so N workers keep
+  one copy of the features in the page cache instead of N private ones.
 - ``PROMETHEUS_MULTIPROC_DIR``: prometheus-client's multiprocess mode. Counters and histograms are
   summed over the workers at scrape time; the load gauges (queue depth, nodes in flight) are summed
   over live workers and each worker's drift gauges carry its ``pid`` (see
-  :mod:`gnnaas.serving.metrics`).
+  :mod:`gnnaas.serving.core.metrics`).
 
 Both folders are removed when the parent exits.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import logging
 import os
-import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from uvicorn.supervisors import multiprocess
 
 if TYPE_CHECKING:  # torch is imported where a store is shared: the supervisor never loads it
-    from torch import Tensor
+    pass
 
 __all__ = [
     "SHARED_STORE_ENV",
     "SUPERVISOR_ENV",
     "reuse_port_socket",
     "run_workers",
-    "share_store",
     "worker_app",
 ]
 
@@ -53,85 +45,19 @@ _log = logging.getLogger(__name__)
 
 SHARED_STORE_ENV = "GNNAAS_SHARED_STORE_DIR"
 SUPERVISOR_ENV = "GNNAAS_SUPERVISOR_PID"
-"""Set in the workers to the supervisor's pid: ``POST /v1/admin/reload`` points at its SIGHUP."""
+"""Set in the workers to the supervisor's pid (:attr:`Settings.supervisor_pid
+<gnnaas.serving.core.settings.Settings.supervisor_pid>`): ``POST /v1/admin/reload`` points at
+its SIGHUP."""
 # How long the supervisor waits for a (re)started worker to load its variants and answer.
 _WORKER_START_S = 120
-_UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
-
-
-def _digest(store: Any) -> str:
-    """A short digest of the graph and its features: equal stores map the same files."""
-    h = hashlib.blake2b(digest_size=8)
-    for t in (store.rowptr, store.col, store.x):
-        h.update(str(tuple(t.shape)).encode())
-        h.update(t.contiguous().numpy().data)
-    return h.hexdigest()
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _mapped(path: Path, tensor: Tensor) -> Tensor:
-    """``tensor`` as a memory-mapped copy-on-write view of ``path``, writing the file first if
-    it is not there (atomically: a reader never sees half a file)."""
-    if not path.exists():
-        tmp = path.with_name(f".{path.stem}.{os.getpid()}.npy")  # np.save keeps a .npy name
-        np.save(tmp, tensor.contiguous().numpy(), allow_pickle=False)
-        os.replace(tmp, path)
-    import torch
-
-    array = np.load(path, mmap_mode="c", allow_pickle=False)
-    return torch.from_numpy(array)
-
-
-def share_store(store: Any, kept: Iterable[Tensor], folder: Path) -> None:
-    """Replaces ``store``'s graph, features and the feature subsets ``kept`` by memory-mapped
-    copies in ``folder``, shared by every process that maps them.
-
-    Args:
-        store (GraphStore): the dataset's store (its ``x``, ``rowptr``, ``col`` and subset cache
-            are swapped in place; its private tensors are freed when nothing else holds them).
-        kept (Iterable[Tensor]): the kept feature columns of each variant served from it.
-        folder (Path): the server's shared folder (``GNNAAS_SHARED_STORE_DIR``).
-    """
-    folder = Path(folder)
-    home = folder / f"{_UNSAFE.sub('_', store.name)}-{_digest(store)}"
-    home.mkdir(parents=True, exist_ok=True)
-    subsets = {}
-    with _locked(folder / ".lock"):
-        for index in kept:
-            key = tuple(int(i) for i in index.tolist())
-            if key in subsets:
-                continue
-            full = store.feature_subset(index)
-            if full is store.x:
-                continue
-            name = hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
-            subsets[key] = _mapped(home / f"x-{name}.npy", full)
-        x = _mapped(home / "x.npy", store.x)
-        rowptr = _mapped(home / "rowptr.npy", store.rowptr)
-        col = _mapped(home / "col.npy", store.col)
-    with store._lock:
-        store.x, store.rowptr, store.col = x, rowptr, col
-        store._subsets.clear()
-        store._subsets.update(subsets)
-        store._edge_index = None
-    _log.info("dataset %s: graph and %d feature subsets memory-mapped", store.name, len(subsets))
 
 
 def worker_app() -> Any:
     """The app of one worker process, from the ``GNNAAS_*`` environment the parent set."""
-    from gnnaas.serving.app import create_app
-    from gnnaas.serving.settings import Settings
+    from gnnaas.serving.core.settings import Settings
+    from gnnaas.serving.http.app import create_app
 
-    logging.getLogger("gnnaas.serving.reload").setLevel(logging.INFO)
+    logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
     return create_app(Settings())
 
 
@@ -217,7 +143,7 @@ def run_workers(
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
     try:
         config = uvicorn.Config(
-            "gnnaas.serving.workers:worker_app",
+            "gnnaas.serving.deploy.workers:worker_app",
             factory=True,
             workers=workers,
             log_level=log_level,

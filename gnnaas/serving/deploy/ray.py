@@ -3,13 +3,13 @@
 Only this module imports Ray (the ``[ray]`` extra); ``import gnnaas`` and the default server never
 load it. The application (:func:`build_app`) is:
 
-- ``ingress``: the FastAPI app of :func:`~gnnaas.serving.app.create_app` (same routes, headers,
-  error bodies, ``/metrics``, ``/readyz``) around a :class:`~gnnaas.serving.remote.RemoteRouter`:
+- ``ingress``: the FastAPI app of :func:`~gnnaas.serving.http.app.create_app` (same routes, headers,
+  error bodies, ``/metrics``, ``/readyz``) around a :class:`~gnnaas.serving.deploy.remote.RemoteRouter`:
   the policy chooses the variant here from the profiles and the load the replicas reported, then
   calls the dataset's deployment with the variant pinned. A call whose replica dies (Ray's actor
   errors) or does not answer within ``call_timeout_s`` is answered 503 with ``Retry-After``.
 - ``dataset-<name>`` (one per dataset, ``replicas`` or ``autoscale`` replicas): a
-  :class:`~gnnaas.serving.remote.DatasetServer` holding the graph store and every variant,
+  :class:`~gnnaas.serving.deploy.remote.DatasetServer` holding the graph store and every variant,
   batching concurrent requests per variant with the project's batcher and returning its load
   with every answer. Ray restarts a replica that dies; health checks run every 2 s.
 
@@ -40,16 +40,16 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from gnnaas.errors import ConfigError
-from gnnaas.serving.executor import Output
-from gnnaas.serving.registry import VariantRegistry
-from gnnaas.serving.remote import (
+from gnnaas.inference.executor import Output
+from gnnaas.serving.core.registry import VariantRegistry
+from gnnaas.serving.core.settings import Settings
+from gnnaas.serving.deploy.remote import (
     DatasetDescription,
     DatasetServer,
     RemoteRouter,
     ReplicaAnswer,
     ReplicaRefusal,
 )
-from gnnaas.serving.settings import Settings
 
 __all__ = [
     "APP_NAME",
@@ -121,7 +121,7 @@ def _by_value(fn: Callable[..., Any] | None) -> None:
 
 
 class _HandleCaller:
-    """A dataset deployment's handle as a :class:`~gnnaas.serving.remote.DatasetCaller`.
+    """A dataset deployment's handle as a :class:`~gnnaas.serving.deploy.remote.DatasetCaller`.
 
     Calls travel over Serve's gRPC transport (``_by_reference=False``) rather than as Ray actor
     calls: less CPU in the ingress and the replica per request, the same answers, and the same
@@ -225,7 +225,7 @@ class Ingress:
         self.call_timeout_s = call_timeout_s
 
     def __serve_build_asgi_app__(self) -> Any:
-        from gnnaas.serving.app import create_app
+        from gnnaas.serving.http.app import create_app
 
         callers = {name: _HandleCaller(h) for name, h in self.handles.items()}
         router = RemoteRouter(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gnnaas.serving.deps import DatasetDep, RouterDep, dataset_of
-from gnnaas.serving.executor import embedding_dim
-from gnnaas.serving.policy import admitting_tolerances
-from gnnaas.serving.schemas import (
+from gnnaas.inference.executor import embedding_dim
+from gnnaas.serving.core.policy import admitting_tolerances
+from gnnaas.serving.http.deps import DatasetDep, RouterDep, dataset_of
+from gnnaas.serving.http.schemas import (
     DatasetInfo,
     DatasetList,
     ErrorResponse,

@@ -15,8 +15,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import SecretStr
 
 from gnnaas.errors import OverloadedError
-from gnnaas.serving.registry import ServedDataset
-from gnnaas.serving.router import NotFoundError, Router
+from gnnaas.serving.core.registry import ServedDataset
+from gnnaas.serving.core.router import NotFoundError, Router
 
 __all__ = [
     "DatasetDep",

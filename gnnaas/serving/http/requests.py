@@ -1,0 +1,187 @@
+"""One parser and one error mapping for predict requests, shared by the route and the fast lane.
+
+The FastAPI route (:mod:`gnnaas.serving.http.routes.predict`) and the edge's fast lane
+(:mod:`gnnaas.serving.http.fastlane`) read a predict request's headers with :func:`read_headers`
+and check its node ids with :func:`check_nodes`; both raise :class:`RequestError`, and every
+refusal either of them answers goes through :func:`error_response`. A change to the contract
+(a header, a limit, a status code) is therefore one edit.
+
+Example:
+    >>> read_headers({"x-accuracy-tolerance": "2"}.get).tolerance
+    2.0
+    >>> error_response(RequestError(400, "bad", "bad_header"))[:2]
+    (400, b'{"detail":"bad"}')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from gnnaas.errors import ConfigError, OverloadedError
+
+__all__ = [
+    "REQUEST_ID_KEY",
+    "START_KEY",
+    "PredictHeaders",
+    "RequestError",
+    "check_nodes",
+    "error_response",
+    "header_number",
+    "header_pairs",
+    "read_headers",
+]
+
+START_KEY = "gnnaas.start"
+"""ASGI scope key holding ``time.perf_counter()`` when the request arrived (set by the edge)."""
+
+REQUEST_ID_KEY = "gnnaas.request_id"
+"""ASGI scope key holding the request's id, also sent as ``X-Request-Id`` (set by the edge)."""
+
+_MAX_OFFENDERS = 5
+
+
+class RequestError(Exception):
+    """A request refused with a status code and a ``detail`` a person can act on.
+
+    Args:
+        status (int): the HTTP status (400, 404, 413, 422...).
+        detail (str): the message of the ``{"detail": ...}`` body.
+        reason (str): the ``gnnaas_rejected_total`` reason it counts as.
+        headers (dict[str, str], optional): extra response headers. (default: none)
+    """
+
+    def __init__(
+        self, status: int, detail: str, reason: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def header_number(name: str, text: str | None, *, strictly_positive: bool) -> float | None:
+    """The number a header holds, ``None`` when absent.
+
+    Raises:
+        RequestError: 400 when it is not a finite number ``>= 0`` (``> 0`` when
+            ``strictly_positive``).
+    """
+    if text is None:
+        return None
+    bound = "> 0" if strictly_positive else ">= 0"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (strictly_positive and value == 0):
+        detail = f"{name} must be a finite number {bound} (got {text!r})"
+        raise RequestError(400, detail, "bad_header")
+    return value
+
+
+@dataclass(frozen=True)
+class PredictHeaders:
+    """What a predict request's headers ask for.
+
+    Args:
+        tolerance (float, optional): ``X-Accuracy-Tolerance`` (``None``: not given).
+        slo_ms (float, optional): ``X-Latency-SLO-Ms``.
+        pinned (str, optional): ``X-Variant``.
+    """
+
+    tolerance: float | None = None
+    slo_ms: float | None = None
+    pinned: str | None = None
+
+
+def read_headers(get: Callable[[str], str | None]) -> PredictHeaders:
+    """Parses a predict request's headers.
+
+    Args:
+        get (Callable[[str], str | None]): the value of a (lower-case) header name, ``None``
+            when absent.
+
+    Raises:
+        RequestError: 400 for a header that is not a valid value.
+    """
+    return PredictHeaders(
+        tolerance=header_number(
+            "X-Accuracy-Tolerance", get("x-accuracy-tolerance"), strictly_positive=False
+        ),
+        slo_ms=header_number("X-Latency-SLO-Ms", get("x-latency-slo-ms"), strictly_positive=True),
+        pinned=get("x-variant"),
+    )
+
+
+def _offenders(nodes: Sequence[int], num_nodes: int) -> list[str]:
+    """``nodes[i]=v`` for the first ids outside ``[0, num_nodes)``."""
+    out = []
+    for i, v in enumerate(nodes):
+        if not 0 <= v < num_nodes:
+            out.append(f"nodes[{i}]={v}")
+            if len(out) == _MAX_OFFENDERS:
+                break
+    return out
+
+
+def check_nodes(nodes: Sequence[int], *, dataset: str, num_nodes: int, limit: int) -> None:
+    """Checks a request's node ids (already integers) against the limit and the graph.
+
+    Raises:
+        RequestError: 413 for more than ``limit`` ids; 422 naming the first ids outside
+            ``[0, num_nodes)``.
+    """
+    if len(nodes) > limit:
+        raise RequestError(
+            413,
+            f"too many nodes: {len(nodes)} in one request, the limit is {limit}; split it",
+            "too_many_nodes",
+        )
+    # min/max over a Python list beats building a tensor here; the executor thread converts
+    # the ids of a whole batch at once.
+    if min(nodes) < 0 or max(nodes) >= num_nodes:
+        raise RequestError(
+            422,
+            f"node ids must be in [0, {num_nodes}) for dataset {dataset!r}; "
+            f"first offenders: {', '.join(_offenders(nodes, num_nodes))}",
+            "invalid_nodes",
+        )
+
+
+def _retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))
+
+
+def error_response(exc: Exception) -> tuple[int, bytes, dict[str, str], str]:
+    """``(status, JSON body, headers, rejection reason)`` of a refused request.
+
+    :class:`RequestError` as it says; ``OverloadedError`` 503 with ``Retry-After``; a
+    ``ConfigError`` that is a ``LookupError`` (an unknown dataset or pinned variant) 404, any
+    other ``ConfigError`` 400.
+
+    Raises:
+        TypeError: ``exc`` is none of these (an internal error: the app's 500 handles it).
+    """
+    headers: dict[str, str]
+    if isinstance(exc, RequestError):
+        status, detail, headers, reason = exc.status, exc.detail, exc.headers, exc.reason
+    elif isinstance(exc, OverloadedError):
+        status, detail, reason = 503, str(exc), "overloaded"
+        headers = {"Retry-After": _retry_after(exc.retry_after_s)}
+    elif isinstance(exc, ConfigError):
+        not_found = isinstance(exc, LookupError)
+        status, detail, headers = (404 if not_found else 400), str(exc), {}
+        reason = "not_found" if not_found else "bad_value"
+    else:
+        raise TypeError(f"error_response: {type(exc).__name__} is not a request error") from exc
+    return status, orjson.dumps({"detail": detail}), headers, reason
+
+
+def header_pairs(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """ASGI header pairs of ``headers``."""
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
