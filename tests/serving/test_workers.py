@@ -16,8 +16,8 @@ import torch
 from serving_fakes import write_tiny_repository
 from test_server import HOST, _free_port, _stop
 
-from gnnaas.data.store import GraphStore
 from gnnaas.data.shared import share_store
+from gnnaas.data.store import GraphStore
 
 
 def _store(seed: int = 0) -> GraphStore:
