@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from gnnaas.errors import OverloadedError
+from gnnaas.errors import DeadlineExceeded, OverloadedError
 from gnnaas.serving.core.batcher import Batcher, BatchStats
 
 
@@ -343,3 +343,86 @@ async def test_small_batches_run_on_the_loop_thread_and_large_ones_in_the_worker
 
 def _fail(items: Sequence[int]) -> list[int]:
     raise RuntimeError("inline failure")
+
+
+# -- priorities and deadlines -------------------------------------------------------------------
+
+
+async def _hold_one(handler: Handler, batcher: Batcher[int, int]) -> asyncio.Future[object]:
+    """A first request whose batch runs (held) so that the next ones queue."""
+    first = asyncio.ensure_future(batcher.submit(-1, size=1))
+    await _started(handler)
+    return first
+
+
+@pytest.mark.parametrize(("aging_s", "order"), [(LONG_S, [3, 2, 1]), (0.0, [1, 2, 3])])
+async def test_higher_priority_first_unless_the_older_has_aged(
+    aging_s: float, order: list[int]
+) -> None:
+    handler = Handler(hold=True)
+    batcher: Batcher[int, int] = Batcher(handler, max_batch_size=1, aging_s=aging_s)
+    first = await _hold_one(handler, batcher)
+    queued = [
+        asyncio.ensure_future(batcher.submit(i, size=1, priority=p))
+        for i, p in ((1, "low"), (2, "normal"), (3, "high"))
+    ]
+    await _queued(batcher, 3)
+    assert [batcher.queued_ahead(p) for p in ("high", "normal", "low")] == [1, 2, 3]
+    handler.release.set()
+    await asyncio.gather(first, *queued)
+    assert [b[0] for b in handler.batches[1:]] == order  # aged: every request counts as high
+    await batcher.stop()
+
+
+async def test_low_fills_half_the_queue_and_higher_priorities_evict_it() -> None:
+    handler = Handler(hold=True)
+    batcher: Batcher[int, int] = Batcher(handler, max_queue_size=4)
+    first = await _hold_one(handler, batcher)
+    lows = [asyncio.ensure_future(batcher.submit(i, size=1, priority="low")) for i in (1, 2)]
+    await _queued(batcher, 2)
+    assert batcher.room_for("low") == 0 and batcher.room_for("normal") == 2
+    with pytest.raises(OverloadedError, match="low-priority requests may fill 2 of 4"):
+        await batcher.submit(3, size=1, priority="low")
+    normals = [asyncio.ensure_future(batcher.submit(i, size=1)) for i in (4, 5)]
+    await _queued(batcher, 4)
+    high = asyncio.ensure_future(batcher.submit(6, size=1, priority="high"))  # full: evicts
+    await _turns()
+    assert lows[1].done() and not lows[0].done()  # the newest low went first
+    with pytest.raises(OverloadedError, match="shed for higher-priority traffic"):
+        lows[1].result()
+    handler.release.set()
+    served = await asyncio.gather(first, lows[0], *normals, high)
+    assert [s.value for s in served] == [-2, 2, 8, 10, 12]
+    await batcher.stop()
+
+
+async def test_a_request_past_its_deadline_is_not_computed_and_its_batch_runs() -> None:
+    import time
+
+    handler = Handler(hold=True)
+    batcher: Batcher[int, int] = Batcher(handler)
+    first = await _hold_one(handler, batcher)
+    late = asyncio.ensure_future(batcher.submit(1, size=1, expires=time.monotonic() - 1.0))
+    fine = asyncio.ensure_future(batcher.submit(2, size=1, expires=time.monotonic() + LONG_S))
+    await _queued(batcher, 2)
+    handler.release.set()
+    await asyncio.gather(first, fine)
+    with pytest.raises(DeadlineExceeded, match="deadline passed after .* ms in the queue"):
+        await late
+    assert handler.batches == [[-1], [2]]  # computed without it
+    assert fine.result().value == 4
+    await batcher.stop()
+
+
+async def test_a_request_its_batch_would_make_late_is_dropped_before_it_runs() -> None:
+    import time
+
+    handler = Handler()
+    # every batch is predicted to take 10 s
+    batcher: Batcher[int, int] = Batcher(handler, predict_s=lambda nodes: 10.0)
+    with pytest.raises(DeadlineExceeded, match="would pass in its batch"):
+        await batcher.submit(1, size=1, expires=time.monotonic() + 1.0)
+    assert handler.batches == []
+    out = await batcher.submit(2, size=1)  # no deadline: served
+    assert out.value == 4
+    await batcher.stop()

@@ -16,6 +16,19 @@ The queue is bounded in nodes: a request that does not fit raises
 skipped, a handler error reaches every caller of its batch, and :meth:`Batcher.stop` drains what
 was accepted.
 
+**Priorities.** A request is ``high``, ``normal`` or ``low`` (:data:`PRIORITIES`). A batch takes
+higher priorities first, each in arrival order; a request that has waited longer than
+``aging_s`` competes as ``high``, so when the server is not overloaded no request waits much
+longer than that (aging bounds the wait). Under overload the lower priorities shed first: low
+requests may fill only half of the queue (:data:`QUEUE_SHARES`), and a request that finds no room
+makes room by evicting queued requests of lower priorities, low ones first, newest first (they get
+:class:`~gnnaas.errors.OverloadedError`): low sheds first, then normal, and high keeps its place.
+
+**Deadlines.** A request may carry an absolute deadline (``time.monotonic()``). It is never
+computed after it: one whose deadline has passed when its batch forms, or that the batch would
+not finish in time (``predict_s``, the predicted batch time, when given), is dropped before
+compute with :class:`~gnnaas.errors.DeadlineExceeded`, and the batch runs without it.
+
 Example:
     >>> async def main() -> list[int]:
     ...     batcher = Batcher(lambda items: [sum(i) for i in items], name="demo")
@@ -33,18 +46,24 @@ import logging
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gnnaas.errors import OverloadedError
+from gnnaas.errors import DeadlineExceeded, OverloadedError
 
-__all__ = ["BatchStats", "Batched", "Batcher"]
+__all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+PRIORITIES = ("high", "normal", "low")
+"""Request priorities, most important first; a request's rank is its index."""
+QUEUE_SHARES = (1.0, 1.0, 0.5)
+"""The share of the queue's nodes each priority may fill (high, normal, low)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,8 @@ class _Pending(Generic[T, R]):
     future: asyncio.Future[Batched[R]]
     enqueued_at: float  # time.monotonic(), for the reported queue time
     deadline: float  # loop.time() by which its batch stops waiting for batch-mates
+    rank: int = 1  # index in PRIORITIES
+    expires: float | None = None  # time.monotonic() after which it is never computed
 
 
 _STOP = object()
@@ -123,6 +144,11 @@ class Batcher(Generic[T, R]):
             loop's own thread instead of the worker thread: no hand-off between threads for the
             small batches that cost less than the hand-off saves; the loop waits for them, so keep
             it to batches that take well under a millisecond. (default: ``0``: none)
+        aging_s (float, optional): a request waiting longer than this competes as ``high``.
+            (default: ``0.1``)
+        predict_s (Callable[[int], float], optional): the predicted time (s) of a batch of that
+            many nodes: a request whose deadline the batch would not meet is dropped before
+            it runs. (default: ``None``: only passed deadlines are dropped)
     """
 
     def __init__(
@@ -138,6 +164,8 @@ class Batcher(Generic[T, R]):
         retry_after_s: float = 1.0,
         gate: asyncio.Semaphore | None = None,
         inline_max_size: int = 0,
+        aging_s: float = 0.1,
+        predict_s: Callable[[int], float] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
@@ -145,12 +173,16 @@ class Batcher(Generic[T, R]):
             raise ValueError(f"Batcher max_wait_s must be >= 0 (got {max_wait_s})")
         if max_queue_size < 1:
             raise ValueError(f"Batcher max_queue_size must be >= 1 (got {max_queue_size})")
+        if not aging_s >= 0:
+            raise ValueError(f"Batcher aging_s must be >= 0 (got {aging_s})")
         self.name = name
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.max_queue_size = max_queue_size
         self.retry_after_s = retry_after_s
         self.inline_max_size = inline_max_size
+        self.aging_s = aging_s
+        self._predict_s = predict_s
         self._handler = handler
         self._on_batch = on_batch
         self._gate = gate
@@ -158,13 +190,16 @@ class Batcher(Generic[T, R]):
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"gnnaas-{name}"
         )
-        self._queue: asyncio.Queue[_Pending[T, R] | object] = asyncio.Queue()
+        self._queues: tuple[deque[_Pending[T, R]], ...] = tuple(deque() for _ in PRIORITIES)
+        self._ready = asyncio.Event()  # set when an entry (or the stop) arrives
+        self._stop_requested = False
         self._carry: _Pending[T, R] | None = None
         self._forming: list[_Pending[T, R]] = []  # the open batch, until it starts running
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._queued_nodes = 0
         self._queued_requests = 0
+        self._queued_by_rank = [0] * len(PRIORITIES)
         self._in_flight_nodes = 0
         self._in_flight_since: float | None = None
 
@@ -186,6 +221,12 @@ class Batcher(Generic[T, R]):
         """Requests accepted and not yet in a running batch."""
         return self._queued_requests
 
+    def queued_ahead(self, priority: str = "low") -> int:
+        """Queued nodes a new request of ``priority`` would wait behind: those of its priority
+        and of higher ones (all of them for ``low``)."""
+        rank = PRIORITIES.index(priority)
+        return sum(self._queued_by_rank[: rank + 1])
+
     @property
     def in_flight_nodes(self) -> int:
         """Nodes in the batch that is running now (0 when idle)."""
@@ -198,16 +239,40 @@ class Batcher(Generic[T, R]):
 
     @property
     def room_nodes(self) -> int:
-        """How many more nodes :meth:`submit` accepts now (any number while nothing waits)."""
+        """How many more ``normal`` nodes :meth:`submit` accepts now (any number while nothing
+        waits)."""
+        return self.room_for("normal")
+
+    def room_for(self, priority: str) -> int:
+        """How many more nodes of ``priority`` :meth:`submit` accepts now without evicting: up
+        to its share of the queue (:data:`QUEUE_SHARES`); any number while nothing waits."""
         if self._closed:
             return 0
         if self._queued_nodes == 0:
             return sys.maxsize
-        return max(self.max_queue_size - self._queued_nodes, 0)
+        cap = int(self.max_queue_size * QUEUE_SHARES[PRIORITIES.index(priority)])
+        return max(cap - self._queued_nodes, 0)
 
-    def has_room(self, size: int) -> bool:
-        """Whether :meth:`submit` would accept ``size`` more nodes now."""
-        return size <= self.room_nodes
+    def room_with_eviction(self, priority: str = "normal") -> int:
+        """How many nodes of ``priority`` :meth:`submit` accepts now, evicting lower priorities
+        if it has to."""
+        room = self.room_for(priority)
+        if room == sys.maxsize or self._closed:
+            return room
+        rank = PRIORITIES.index(priority)
+        return room + sum(self._queued_by_rank[rank + 1 :])
+
+    def has_room(self, size: int, priority: str = "normal") -> bool:
+        """Whether :meth:`submit` would accept ``size`` more nodes of ``priority`` now, evicting
+        lower priorities if it has to."""
+        if size <= self.room_for(priority):
+            return True
+        rank = PRIORITIES.index(priority)
+        if self._queued_nodes == 0 or self._closed:
+            return False
+        cap = int(self.max_queue_size * QUEUE_SHARES[rank])
+        evictable = sum(self._queued_by_rank[rank + 1 :])
+        return self._queued_nodes - evictable + size <= cap
 
     @property
     def closed(self) -> bool:
@@ -233,7 +298,8 @@ class Batcher(Generic[T, R]):
         self._closed = True
         try:
             if self._task is not None:
-                self._queue.put_nowait(_STOP)
+                self._stop_requested = True
+                self._ready.set()
                 try:
                     await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
                 except TimeoutError:
@@ -247,62 +313,145 @@ class Batcher(Generic[T, R]):
 
     # -- requests --------------------------------------------------------------------------------
 
-    async def submit(self, item: T, size: int) -> Batched[R]:
+    async def submit(
+        self,
+        item: T,
+        size: int,
+        *,
+        priority: str = "normal",
+        expires: float | None = None,
+    ) -> Batched[R]:
         """Queues ``item`` (``size`` nodes) and waits for its result.
 
+        Args:
+            item (T): what the handler serves.
+            size (int): its nodes.
+            priority (str, optional): one of :data:`PRIORITIES`. (default: ``"normal"``)
+            expires (float, optional): ``time.monotonic()`` after which it must not be
+                computed. (default: ``None``: no deadline)
+
         Raises:
-            OverloadedError: the queue cannot take ``size`` more nodes, or the batcher is stopping.
+            OverloadedError: the queue cannot take ``size`` more nodes of ``priority`` (nor by
+                evicting lower priorities), or the batcher is stopping.
+            DeadlineExceeded: its deadline passed (or its batch would pass it) before it ran.
         """
         if self._closed:
             raise OverloadedError(
                 f"variant {self.name} is shutting down; retry on another instance",
                 self.retry_after_s,
             )
-        if not self.has_room(size):
-            raise OverloadedError(
-                f"queue of variant {self.name} is full ({self._queued_nodes} nodes waiting, "
-                f"limit {self.max_queue_size}); retry later",
-                self.retry_after_s,
-            )
+        rank = PRIORITIES.index(priority)
+        if size > self.room_for(priority):
+            if not self.has_room(size, priority):
+                cap = int(self.max_queue_size * QUEUE_SHARES[rank])
+                limit = (
+                    f"limit {cap}"
+                    if cap == self.max_queue_size
+                    else f"{priority}-priority requests may fill {cap} of {self.max_queue_size}"
+                )
+                raise OverloadedError(
+                    f"queue of variant {self.name} is full ({self._queued_nodes} nodes waiting, "
+                    f"{limit}); retry later",
+                    self.retry_after_s,
+                )
+            self._evict_below(rank, size)
         self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Batched[R]] = loop.create_future()
         self._queued_nodes += size
         self._queued_requests += 1
-        self._queue.put_nowait(
-            _Pending(item, size, future, time.monotonic(), loop.time() + self.max_wait_s)
+        self._queued_by_rank[rank] += size
+        now = time.monotonic()
+        self._queues[rank].append(
+            _Pending(item, size, future, now, loop.time() + self.max_wait_s, rank, expires)
         )
+        self._ready.set()
         # A caller that is cancelled cancels `future`; the loop then skips it.
         return await future
+
+    def _evict_below(self, rank: int, size: int) -> None:
+        """Sheds queued requests of lower priority than ``rank``, newest first, until ``size``
+        nodes of ``rank`` fit its share of the queue."""
+        cap = int(self.max_queue_size * QUEUE_SHARES[rank])
+        for lower in range(len(PRIORITIES) - 1, rank, -1):
+            queue = self._queues[lower]
+            while queue and self._queued_nodes + size > cap:
+                victim = queue.pop()
+                self._dequeued(victim)
+                if not victim.future.done():
+                    victim.future.set_exception(
+                        OverloadedError(
+                            f"variant {self.name} is overloaded: this {PRIORITIES[lower]}-"
+                            "priority request was shed for higher-priority traffic; retry later",
+                            self.retry_after_s,
+                        )
+                    )
 
     # -- loop ------------------------------------------------------------------------------------
 
     def _dequeued(self, pending: _Pending[T, R]) -> None:
         self._queued_nodes -= pending.size
         self._queued_requests -= 1
+        self._queued_by_rank[pending.rank] -= pending.size
+
+    def _pop(self) -> _Pending[T, R] | None:
+        """The next entry by priority (an entry older than ``aging_s`` counts as high), then
+        arrival; ``None`` when nothing waits."""
+        best: deque[_Pending[T, R]] | None = None
+        key = (len(PRIORITIES), math.inf)
+        aged = time.monotonic() - self.aging_s
+        for queue in self._queues:
+            if queue:
+                head = queue[0]
+                mine = (0 if head.enqueued_at <= aged else head.rank, head.enqueued_at)
+                if mine < key:
+                    best, key = queue, mine
+        return None if best is None else best.popleft()
+
+    def _expire(self, pending: _Pending[T, R], now: float, why: str) -> None:
+        self._dequeued(pending)
+        if not pending.future.done():
+            waited_ms = (now - pending.enqueued_at) * 1e3
+            pending.future.set_exception(
+                DeadlineExceeded(
+                    f"the request's deadline {why} after {waited_ms:.1f} ms in the queue of "
+                    f"variant {self.name}; it was not computed (retry with a longer X-Deadline-Ms "
+                    "or when the load is lower)"
+                )
+            )
 
     async def _next(self, deadline: float | None) -> _Pending[T, R] | object | None:
         """The next live entry (or ``_STOP``); ``None`` once ``deadline`` (loop time) passes.
 
         ``deadline=None`` waits for ever; a passed deadline takes only what is queued now.
+        Entries whose own deadline has passed are failed here and skipped.
         """
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                entry = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
+            entry = self._pop()
+            if entry is None:
+                if self._stop_requested:
+                    return _STOP
+                self._ready.clear()
                 if deadline is None:
-                    entry = await self._queue.get()
-                else:
-                    if deadline <= asyncio.get_running_loop().time():
-                        return None
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            entry = await self._queue.get()
-                    except TimeoutError:
-                        return None
-            if isinstance(entry, _Pending) and entry.future.done():
+                    await self._ready.wait()
+                    continue
+                if deadline <= loop.time():
+                    return None
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await self._ready.wait()
+                except TimeoutError:
+                    return None
+                continue
+            if entry.future.done():
                 self._dequeued(entry)  # its caller gave up
                 continue
+            if entry.expires is not None:
+                now = time.monotonic()
+                if now > entry.expires:
+                    self._expire(entry, now, "passed")
+                    continue
             return entry
 
     async def _first(self) -> _Pending[T, R] | None:
@@ -353,16 +502,36 @@ class Batcher(Generic[T, R]):
                 # What arrived while the gate was busy joins now, with no further waiting.
                 if not stop_seen:
                     stop_seen = await self._fill(batch, -math.inf)
-                # Callers that gave up while the batch waited (cancelled) free their nodes.
+                # Callers that gave up while the batch waited (cancelled) free their nodes;
+                # requests whose deadline the batch cannot meet are not computed.
                 live = [p for p in batch if not p.future.done()]
                 for p in batch:
                     if p.future.done():
                         self._dequeued(p)
+                live = self._within_deadlines(live)
                 if live:
                     await self._execute(loop, live)
                 else:
                     self._forming = []
             stopping = stopping or stop_seen
+
+    def _within_deadlines(self, batch: list[_Pending[T, R]]) -> list[_Pending[T, R]]:
+        """``batch`` without the requests whose deadline has passed or that the batch would
+        not finish by (with ``predict_s``); those fail with :class:`DeadlineExceeded`."""
+        if all(p.expires is None for p in batch):
+            return batch
+        now = time.monotonic()
+        kept = batch
+        while kept:
+            size = sum(p.size for p in kept)
+            done_at = now + (self._predict_s(size) if self._predict_s is not None else 0.0)
+            late = [p for p in kept if p.expires is not None and p.expires < done_at]
+            if not late:
+                break
+            for p in late:
+                self._expire(p, now, "passed" if p.expires < now else "would pass in its batch")
+            kept = [p for p in kept if p not in late]  # a smaller batch may meet the others
+        return kept
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:
         self._forming = []
@@ -423,10 +592,9 @@ class Batcher(Generic[T, R]):
     def _fail_waiting(self, error: BaseException) -> None:
         waiting = [*self._forming, *([self._carry] if self._carry is not None else [])]
         self._carry, self._forming = None, []
-        while not self._queue.empty():
-            entry = self._queue.get_nowait()
-            if isinstance(entry, _Pending):
-                waiting.append(entry)
+        for queue in self._queues:
+            waiting.extend(queue)
+            queue.clear()
         for p in waiting:
             self._dequeued(p)
             if not p.future.done():

@@ -172,6 +172,14 @@ class ServingMetrics:
         self.rejections = Counter(
             "gnnaas_rejections", "Requests rejected, by reason", ["reason"], registry=r
         )
+        self.admission = Counter(
+            "gnnaas_admission",
+            "Predict requests by priority and outcome: admitted to a queue, shed at admission "
+            "(deadline unmeetable, queue full, evicted for higher priority) or expired in the "
+            "queue (deadline passed before compute)",
+            ["dataset", "priority", "outcome"],
+            registry=r,
+        )
         self.batch_predicted = Histogram(
             "gnnaas_batch_predicted_seconds",
             "Batch time predicted by the variant's profiled service curve (no load factor)",
@@ -300,12 +308,17 @@ class ServingMetrics:
         self.batch_predicted.labels(dataset, variant).observe(predicted_s)
         self.batch_measured.labels(dataset, variant).observe(measured_s)
 
+    def admitted(self, dataset: str, priority: str, outcome: str) -> None:
+        """Records one predict request's admission ``outcome``: ``admitted``, ``shed_deadline``,
+        ``shed_queue_full``, ``shed_evicted`` or ``expired``."""
+        self.admission.labels(dataset, priority, outcome).inc()
+
     def rejected(self, reason: str) -> None:
         """Records one rejected request, by reason.
 
         Reasons used by the app: ``overloaded``, ``too_many_nodes``, ``body_too_large``,
         ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``,
-        ``admin_disabled``, ``unauthorized``.
+        ``admin_disabled``, ``unauthorized``, ``expired`` (a deadline passed in the queue).
         """
         self.rejections.labels(reason).inc()
 

@@ -191,15 +191,19 @@ class RequestSpec:
             variant; ``math.inf`` admits every variant. (default: ``None``: 0, or unbounded when
             ``slo_ms`` is given)
         slo_ms (float, optional): its latency target. (default: ``None``)
+        deadline_ms (float, optional): the time left to its deadline (``X-Deadline-Ms`` minus
+            the time since it arrived; may be <= 0 once passed). Chosen like an SLO, but a
+            variant not predicted to meet it is refused by the router. (default: ``None``)
 
     Raises:
-        ValueError: ``num_nodes < 1``, a negative or NaN tolerance, or an ``slo_ms`` that is not
-            a finite number > 0.
+        ValueError: ``num_nodes < 1``, a negative or NaN tolerance, an ``slo_ms`` that is not
+            a finite number > 0, or a ``deadline_ms`` that is not finite.
     """
 
     num_nodes: int
     tolerance: float | None = None
     slo_ms: float | None = None
+    deadline_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
@@ -208,13 +212,21 @@ class RequestSpec:
             raise ValueError(f"RequestSpec tolerance must be a number >= 0 (got {self.tolerance})")
         if self.slo_ms is not None and (not math.isfinite(self.slo_ms) or self.slo_ms <= 0):
             raise ValueError(f"RequestSpec slo_ms must be a finite number > 0 (got {self.slo_ms})")
+        if self.deadline_ms is not None and not math.isfinite(self.deadline_ms):
+            raise ValueError(f"RequestSpec deadline_ms must be finite (got {self.deadline_ms})")
+
+    @property
+    def target_ms(self) -> float | None:
+        """The time the choice aims at: the deadline left, or the SLO, the smaller."""
+        given = [t for t in (self.slo_ms, self.deadline_ms) if t is not None]
+        return min(given) if given else None
 
     @property
     def effective_tolerance(self) -> float:
-        """The tolerance applied: as given; else unbounded with an SLO, else 0."""
+        """The tolerance applied: as given; else unbounded with an SLO or a deadline, else 0."""
         if self.tolerance is not None:
             return self.tolerance
-        return math.inf if self.slo_ms is not None else 0.0
+        return math.inf if self.target_ms is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -312,7 +324,8 @@ class Selection:
         predicted_ms (float): its predicted completion time (queue wait + service time); NaN
             when the choice needed no load (:func:`choice_without_load`: nothing was predicted).
         wait_ms (float): the queue wait part of ``predicted_ms`` (NaN likewise).
-        meets_slo (bool | None): whether the prediction meets the SLO (``None`` without an SLO).
+        meets_slo (bool | None): whether the prediction meets the SLO or the deadline left, the
+            smaller (``None`` without either).
         considered (tuple[str, ...]): the admissible candidates, most accurate first.
     """
 
@@ -531,7 +544,7 @@ def choice_without_load(
     ``None`` when the load must be read. A router deciding many requests skips the load snapshot
     for these (tested against :func:`select_admitted` over a grid of loads).
     """
-    if request.slo_ms is not None:
+    if request.target_ms is not None:
         return None
     if len(admitted) == 1:
         return admitted[0].variant_id
@@ -563,7 +576,7 @@ def select_admitted(
     if not admitted:
         raise ValueError("select_admitted needs at least one candidate (got none)")
     snap = snapshot or LoadSnapshot()
-    n, slo_ms = request.num_nodes, request.slo_ms
+    n, slo_ms = request.num_nodes, request.target_ms
     considered = tuple(c.variant_id for c in admitted)
     loads = snap.variants
     within = [c for c in admitted if loads.get(c.variant_id, _IDLE).room_nodes >= n]

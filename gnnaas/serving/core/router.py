@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnaas.errors import ConfigError, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
 from gnnaas.inference.cache import FeatureCache
 from gnnaas.inference.executor import ExecRequest, ExecResult, Executor, Output
 from gnnaas.serving.core.batcher import Batcher, BatchStats
@@ -221,7 +221,16 @@ class Lane:
             retry_after_s=settings.retry_after_s,
             gate=gate,
             inline_max_size=settings.inline_max_nodes,
+            predict_s=self._predict_s,
         )
+
+    def _predict_s(self, nodes: int) -> float:
+        """The predicted time (s) of a batch of ``nodes`` on this lane: its profiled curve times
+        the device's measured speed (0 without a profile: only passed deadlines drop)."""
+        profile = self.variant.profile
+        if profile is None:
+            return 0.0
+        return self.speed.factor * profile.service.predict(nodes) / 1e3
 
     @property
     def scale(self) -> float:
@@ -494,7 +503,10 @@ class Router:
         return self._lanes[(dataset, variant_id)]
 
     def load_snapshot(
-        self, dataset: ServedDataset, variant_ids: Iterable[str] | None = None
+        self,
+        dataset: ServedDataset,
+        variant_ids: Iterable[str] | None = None,
+        priority: str = "low",
     ) -> LoadSnapshot:
         """The load of ``dataset``'s variants, measured now: one frozen object per decision.
 
@@ -511,6 +523,9 @@ class Router:
             variant_ids (Iterable[str], optional): only these variants' loads, without
                 ``wait_ms`` and ``running_ms`` (what a decision reads: speed and room).
                 (default: ``None``: every variant, in full)
+            priority (str, optional): the dataset's queued nodes counted are those a request
+                of this priority waits behind (its own and higher priorities), and the room
+                is its own (:meth:`Batcher.room_with_eviction`). (default: ``"low"``: all)
         """
         now = time.monotonic()
         ahead, waiting, running = 0.0, 0, 0
@@ -523,7 +538,7 @@ class Router:
             b = lane.batcher
             if b.in_flight_since is not None:
                 ahead += lane.running_ms(now)
-            waiting += b.queued_nodes
+            waiting += b.queued_ahead(priority)
             running += b.in_flight_nodes
         for lane in others:
             b = lane.batcher
@@ -538,7 +553,9 @@ class Router:
                 if own is not None:
                     b = own.batcher
                     loads[v] = VariantLoad(
-                        queued_nodes=b.queued_nodes, speed=own.scale, room_nodes=b.room_nodes
+                        queued_nodes=b.queued_nodes,
+                        speed=own.scale,
+                        room_nodes=b.room_with_eviction(priority),
                     )
         base = LoadSnapshot(
             ahead_ms=ahead / self.settings.max_concurrent_batches,
@@ -629,6 +646,8 @@ class Router:
         slo_ms: float | None = None,
         pinned: str | None = None,
         nodes: Sequence[int] | Tensor | None = None,
+        deadline_ms: float | None = None,
+        priority: str = "normal",
     ) -> tuple[ServingVariant, Selection | None]:
         """The variant for a request: ``pinned`` if given, else the policy's choice.
 
@@ -650,7 +669,7 @@ class Router:
                     f"known variants: {known}"
                 )
             return variant, None
-        request = RequestSpec(num_nodes, tolerance, slo_ms)
+        request = RequestSpec(num_nodes, tolerance, slo_ms, deadline_ms)
         entry = self._admitted_entry(dataset, request.effective_tolerance)
         # Every request runs this: a choice that no load can change reads none.
         keep = choice_without_load(
@@ -666,7 +685,7 @@ class Router:
             selection = select_admitted(
                 request,
                 entry.admitted,
-                self.load_snapshot(dataset, entry.ids),
+                self.load_snapshot(dataset, entry.ids, priority),
                 tie_margin=self.settings.tie_margin,
             )
         variant = dataset.variants[selection.variant_id]
@@ -677,12 +696,46 @@ class Router:
                 selection = select_admitted(
                     request,
                     entry.computed,
-                    self.load_snapshot(dataset, entry.computed_ids),
+                    self.load_snapshot(dataset, entry.computed_ids, priority),
                     tie_margin=self.settings.tie_margin,
                 )
                 variant = dataset.variants[selection.variant_id]
         self._last[dataset.name] = selection.variant_id
         return variant, selection
+
+    def _admit_deadline(
+        self,
+        dataset: ServedDataset,
+        variant: ServingVariant,
+        selection: Selection | None,
+        num_nodes: int,
+        deadline_ms: float,
+        left_ms: float,
+        priority: str,
+    ) -> None:
+        """Refuses a request no admissible variant is predicted to answer within its deadline
+        (a pinned one: its variant), before it is queued."""
+        if selection is None:  # pinned: its own prediction under the current load
+            profile = variant.profile
+            if profile is None:
+                return
+            snap = self.load_snapshot(dataset, [variant.variant_id], priority)
+            predicted = snap.completion_ms(variant.variant_id, profile.service, num_nodes)
+            selection = Selection(
+                variant.variant_id, predicted, snap.ahead_ms, predicted <= left_ms
+            )
+        if selection.meets_slo is not False:
+            return
+        self.metrics.admitted(dataset.name, priority, "shed_deadline")
+        best = "no prediction"
+        if math.isfinite(selection.predicted_ms):
+            best = f"{selection.predicted_ms:.1f} ms ({selection.variant_id})"
+        raise OverloadedError(
+            f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
+            f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {best}); retry later, "
+            "with a longer deadline or a larger X-Accuracy-Tolerance",
+            self.settings.retry_after_s,
+        )
 
     async def predict(
         self,
@@ -693,20 +746,47 @@ class Router:
         tolerance: float | None = None,
         slo_ms: float | None = None,
         pinned: str | None = None,
+        deadline_ms: float | None = None,
+        priority: str = "normal",
+        arrived: float | None = None,
     ) -> Prediction:
         """Serves one request of validated node ids.
 
         ``output`` is what it returns per node: ``"class"``, ``"proba"`` or ``"embedding"``
-        (:class:`~gnnaas.inference.executor.ExecRequest`).
+        (:class:`~gnnaas.inference.executor.ExecRequest`). With ``deadline_ms`` (counted from
+        ``arrived``, ``time.perf_counter()`` when it reached the server) the variant is chosen as
+        for an SLO, the request is refused at once when no admissible variant is predicted to
+        answer in time, and it is never computed after its deadline. ``priority`` orders it in
+        its variant's queue and decides who is shed first under overload
+        (:class:`~gnnaas.serving.core.batcher.Batcher`).
 
         Raises:
             NotFoundError: unknown pinned variant.
-            OverloadedError: the chosen variant's queue is full, or the router is stopping.
+            OverloadedError: the chosen variant's queue is full (for this priority), the request
+                was shed for higher-priority traffic, no admissible variant is predicted to meet
+                its deadline, or the router is stopping.
+            DeadlineExceeded: its deadline passed (or would have in its batch) before it ran.
         """
         num_nodes = len(nodes)
+        expires = left_ms = None
+        if deadline_ms is not None:
+            now = time.perf_counter()
+            left_ms = deadline_ms - (now - (arrived if arrived is not None else now)) * 1e3
+            expires = time.monotonic() + left_ms / 1e3
         variant, selection = self.select(
-            dataset, num_nodes, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned, nodes=nodes
+            dataset,
+            num_nodes,
+            tolerance=tolerance,
+            slo_ms=slo_ms,
+            pinned=pinned,
+            nodes=nodes,
+            deadline_ms=left_ms,
+            priority=priority,
         )
+        if left_ms is not None and deadline_ms is not None:
+            self._admit_deadline(
+                dataset, variant, selection, num_nodes, deadline_ms, left_ms, priority
+            )
         lane = self._lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
             # `dataset` is from a registry a reload has replaced: its caller awaited something
@@ -716,7 +796,18 @@ class Router:
                 "retry",
                 self.settings.retry_after_s,
             )
-        out = await lane.batcher.submit(ExecRequest(nodes, output), num_nodes)
+        try:
+            out = await lane.batcher.submit(
+                ExecRequest(nodes, output), num_nodes, priority=priority, expires=expires
+            )
+        except DeadlineExceeded:
+            self.metrics.admitted(dataset.name, priority, "expired")
+            raise
+        except OverloadedError as exc:
+            shed = "shed_evicted" if "shed for higher-priority" in str(exc) else "shed_queue_full"
+            self.metrics.admitted(dataset.name, priority, shed)
+            raise
+        self.metrics.admitted(dataset.name, priority, "admitted")
         times = out.value.times
         return Prediction(
             variant=variant,

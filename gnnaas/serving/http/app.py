@@ -13,7 +13,9 @@ error                                  status  when
 ``RequestError``                       its own  a bad header (400), too many nodes (413), node
                                                ids out of range (422)
 ``RequestValidationError``             422     malformed JSON, non-integer or missing ids
-``OverloadedError``                    503     queue full or shutting down; ``Retry-After``
+``OverloadedError``                    503     queue full, shed, deadline unmeetable or shutting
+                                               down; ``Retry-After``
+``DeadlineExceeded``                   504     ``X-Deadline-Ms`` passed while queued
 ``ArtifactError``, any other exception  500     ``internal error, see server log (request
                                                id <id>)``; the log has the traceback
 =====================================  ======  ==========================================
@@ -52,7 +54,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 import gnnaas
-from gnnaas.errors import ConfigError, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
 from gnnaas.serving.core.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.core.registry import VariantRegistry
 from gnnaas.serving.core.reload import RegistryLoader, Reloader
@@ -142,6 +144,7 @@ def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(RequestError)
+    @app.exception_handler(DeadlineExceeded)
     @app.exception_handler(ConfigError)
     @app.exception_handler(OverloadedError)
     async def _refused(request: Request, exc: Exception) -> Response:

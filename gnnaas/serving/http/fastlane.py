@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gnnaas.errors import ConfigError, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
 from gnnaas.inference.executor import Output
 from gnnaas.serving.core.router import Router
 from gnnaas.serving.http.requests import (
@@ -124,9 +124,11 @@ async def try_predict(core: Router, scope: dict[str, Any], body: bytes, send: An
             tolerance=asked.tolerance,
             slo_ms=asked.slo_ms,
             pinned=asked.pinned,
+            deadline_ms=asked.deadline_ms,
+            priority=asked.priority,
             start=start,
         )
-    except (RequestError, OverloadedError, ConfigError) as exc:  # as the app's handlers answer
+    except (RequestError, OverloadedError, DeadlineExceeded, ConfigError) as exc:  # as the app
         status, content, extra, reason = error_response(exc)
         core.metrics.rejected(reason)
         await _send(send, status, content, extra)

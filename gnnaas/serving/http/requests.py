@@ -21,9 +21,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from gnnaas.errors import ConfigError, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
+from gnnaas.serving.core.batcher import PRIORITIES
 
 __all__ = [
+    "HEADER_DOCS",
     "REQUEST_ID_KEY",
     "START_KEY",
     "PredictHeaders",
@@ -42,6 +44,36 @@ REQUEST_ID_KEY = "gnnaas.request_id"
 """ASGI scope key holding the request's id, also sent as ``X-Request-Id`` (set by the edge)."""
 
 _MAX_OFFENDERS = 5
+
+HEADER_DOCS: dict[str, str] = {
+    "X-Accuracy-Tolerance": (
+        "Accuracy points the client accepts to lose versus the most accurate variant (a finite "
+        "number >= 0; default 0 = the most accurate variant, or any variant when only "
+        "X-Latency-SLO-Ms or X-Deadline-Ms is given)."
+    ),
+    "X-Latency-SLO-Ms": (
+        "Optional latency target in ms, a soft one: the most accurate variant within tolerance "
+        "predicted to meet it serves the request, else the fastest. Without "
+        "X-Accuracy-Tolerance every variant is within tolerance."
+    ),
+    "X-Variant": (
+        "Optional variant id to serve with (debugging, A/B); skips selection. Unknown → 404."
+    ),
+    "X-Deadline-Ms": (
+        "Optional deadline in ms from the request's arrival at the server, a hard one: the "
+        "variant is chosen as for X-Latency-SLO-Ms (the smaller of the two when both are given), "
+        "and when no variant within tolerance is predicted to answer in time the answer is 503 "
+        "with Retry-After at once; a request still queued at its deadline, or whose batch is "
+        "predicted to end after it, is never computed: 504."
+    ),
+    "X-Priority": (
+        "Optional `high`, `normal` (default) or `low`: batches take higher priorities first (a "
+        "request that has waited 0.1 s competes as high, so none starves while the server keeps "
+        "up); under overload low requests are shed first, then normal ones (503 + Retry-After)."
+    ),
+}
+"""What each request header of ``POST /v1/datasets/{d}/predict`` means (OpenAPI and
+``GET /v1/datasets/{d}/variants`` show them)."""
 
 
 class RequestError(Exception):
@@ -92,11 +124,16 @@ class PredictHeaders:
         tolerance (float, optional): ``X-Accuracy-Tolerance`` (``None``: not given).
         slo_ms (float, optional): ``X-Latency-SLO-Ms``.
         pinned (str, optional): ``X-Variant``.
+        deadline_ms (float, optional): ``X-Deadline-Ms``, from the request's arrival.
+        priority (str, optional): ``X-Priority``: ``high``, ``normal`` or ``low``.
+            (default: ``"normal"``)
     """
 
     tolerance: float | None = None
     slo_ms: float | None = None
     pinned: str | None = None
+    deadline_ms: float | None = None
+    priority: str = "normal"
 
 
 def read_headers(get: Callable[[str], str | None]) -> PredictHeaders:
@@ -109,12 +146,23 @@ def read_headers(get: Callable[[str], str | None]) -> PredictHeaders:
     Raises:
         RequestError: 400 for a header that is not a valid value.
     """
+    priority = get("x-priority")
+    if priority is not None:
+        priority = priority.strip().lower()
+        if priority not in PRIORITIES:
+            raise RequestError(
+                400,
+                f"X-Priority must be one of {', '.join(PRIORITIES)} (got {get('x-priority')!r})",
+                "bad_header",
+            )
     return PredictHeaders(
         tolerance=header_number(
             "X-Accuracy-Tolerance", get("x-accuracy-tolerance"), strictly_positive=False
         ),
         slo_ms=header_number("X-Latency-SLO-Ms", get("x-latency-slo-ms"), strictly_positive=True),
         pinned=get("x-variant"),
+        deadline_ms=header_number("X-Deadline-Ms", get("x-deadline-ms"), strictly_positive=True),
+        priority=priority or "normal",
     )
 
 
@@ -160,7 +208,9 @@ def _retry_after(seconds: float) -> str:
 def error_response(exc: Exception) -> tuple[int, bytes, dict[str, str], str]:
     """``(status, JSON body, headers, rejection reason)`` of a refused request.
 
-    :class:`RequestError` as it says; ``OverloadedError`` 503 with ``Retry-After``; a
+    :class:`RequestError` as it says; ``OverloadedError`` 503 with ``Retry-After`` (a full queue,
+    a request shed for higher priorities, a deadline no variant is predicted to meet);
+    ``DeadlineExceeded`` 504 (the deadline passed before the request was computed); a
     ``ConfigError`` that is a ``LookupError`` (an unknown dataset or pinned variant) 404, any
     other ``ConfigError`` 400.
 
@@ -173,6 +223,8 @@ def error_response(exc: Exception) -> tuple[int, bytes, dict[str, str], str]:
     elif isinstance(exc, OverloadedError):
         status, detail, reason = 503, str(exc), "overloaded"
         headers = {"Retry-After": _retry_after(exc.retry_after_s)}
+    elif isinstance(exc, DeadlineExceeded):
+        status, detail, headers, reason = 504, str(exc), {}, "expired"
     elif isinstance(exc, ConfigError):
         not_found = isinstance(exc, LookupError)
         status, detail, headers = (404 if not_found else 400), str(exc), {}

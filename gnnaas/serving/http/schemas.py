@@ -196,6 +196,11 @@ class VariantList(BaseModel):
 
     dataset: str
     variants: list[VariantDetail]
+    request_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="What each request header of the predict endpoint means (the same text as "
+        "its OpenAPI schema): tolerance, SLO, deadline, priority, pinned variant.",
+    )
 
 
 class Health(BaseModel):

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from gnnaas.inference.executor import embedding_dim
 from gnnaas.serving.core.policy import admitting_tolerances
 from gnnaas.serving.http.deps import DatasetDep, RouterDep, dataset_of
+from gnnaas.serving.http.requests import HEADER_DOCS
 from gnnaas.serving.http.schemas import (
     DatasetInfo,
     DatasetList,
@@ -63,4 +64,4 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
                 graph_version=None if v.answers is None else v.answers.graph_version,
             )
         )
-    return VariantList(dataset=dataset.name, variants=details)
+    return VariantList(dataset=dataset.name, variants=details, request_headers=HEADER_DOCS)

@@ -20,7 +20,7 @@ from gnnaas.inference.executor import Output
 from gnnaas.serving.core.registry import ServedDataset
 from gnnaas.serving.core.router import Router
 from gnnaas.serving.http.deps import dataset_of, router_of
-from gnnaas.serving.http.requests import START_KEY, check_nodes, read_headers
+from gnnaas.serving.http.requests import HEADER_DOCS, START_KEY, check_nodes, read_headers
 from gnnaas.serving.http.schemas import ErrorResponse, PredictRequest, PredictResponse
 
 __all__ = ["CHUNK_ROWS", "OFFLOAD_VALUES", "answer", "encode_payload", "router"]
@@ -33,18 +33,6 @@ OFFLOAD_VALUES = 16_384
 CHUNK_ROWS = 256
 
 router = APIRouter(tags=["predict"])
-
-_TOLERANCE_DOC = (
-    "Accuracy points the client accepts to lose versus the most accurate variant "
-    "(a finite number >= 0; default 0 = the most accurate variant, or any variant when only "
-    "X-Latency-SLO-Ms is given)."
-)
-_SLO_DOC = (
-    "Optional latency target in ms: the most accurate variant within tolerance that is predicted "
-    "to meet it serves the request, else the fastest. Without X-Accuracy-Tolerance every variant "
-    "is within tolerance."
-)
-_PIN_DOC = "Optional variant id to serve with (debugging, A/B); skips selection. Unknown → 404."
 
 
 def _ms(value: float) -> float:
@@ -99,7 +87,7 @@ _SUCCESS_HEADERS = {
     response_model=PredictResponse,
     responses={
         200: {"headers": _SUCCESS_HEADERS},
-        400: {"model": ErrorResponse, "description": "A header is not a valid number."},
+        400: {"model": ErrorResponse, "description": "A header is not a valid value."},
         404: {"model": ErrorResponse, "description": "Unknown dataset or pinned variant."},
         413: {"model": ErrorResponse, "description": "Too many nodes or too large a body."},
         422: {"model": ErrorResponse, "description": "Malformed body or invalid node ids."},
@@ -110,8 +98,15 @@ _SUCCESS_HEADERS = {
         },
         503: {
             "model": ErrorResponse,
-            "description": "Queue full, starting or shutting down; retry after `Retry-After`.",
+            "description": "Queue full (for the request's priority), shed for higher-priority "
+            "traffic, no variant predicted to meet X-Deadline-Ms, starting or shutting down; "
+            "retry after `Retry-After`.",
             "headers": {"Retry-After": _header("Seconds to wait before retrying.", "1")},
+        },
+        504: {
+            "model": ErrorResponse,
+            "description": "X-Deadline-Ms passed while the request was queued; it was not "
+            "computed.",
         },
     },
 )
@@ -121,12 +116,21 @@ async def predict(
     body: PredictRequest,
     # The headers are declared for the OpenAPI schema; read_headers parses them.
     x_accuracy_tolerance: Annotated[
-        str | None, Header(alias="X-Accuracy-Tolerance", description=_TOLERANCE_DOC)
+        str | None,
+        Header(alias="X-Accuracy-Tolerance", description=HEADER_DOCS["X-Accuracy-Tolerance"]),
     ] = None,
     x_latency_slo_ms: Annotated[
-        str | None, Header(alias="X-Latency-SLO-Ms", description=_SLO_DOC)
+        str | None, Header(alias="X-Latency-SLO-Ms", description=HEADER_DOCS["X-Latency-SLO-Ms"])
     ] = None,
-    x_variant: Annotated[str | None, Header(alias="X-Variant", description=_PIN_DOC)] = None,
+    x_variant: Annotated[
+        str | None, Header(alias="X-Variant", description=HEADER_DOCS["X-Variant"])
+    ] = None,
+    x_deadline_ms: Annotated[
+        str | None, Header(alias="X-Deadline-Ms", description=HEADER_DOCS["X-Deadline-Ms"])
+    ] = None,
+    x_priority: Annotated[
+        str | None, Header(alias="X-Priority", description=HEADER_DOCS["X-Priority"])
+    ] = None,
 ) -> Response:
     """Predicts classes, probabilities or embeddings with the fastest variant within tolerance."""
     start = request.scope.get(START_KEY) or time.perf_counter()
@@ -147,9 +151,11 @@ async def predict(
         served,
         body.nodes,
         output=body.return_,
-        tolerance=asked.tolerance,  # None: 0, or unbounded with an SLO alone
+        tolerance=asked.tolerance,  # None: 0, or unbounded with an SLO or a deadline alone
         slo_ms=asked.slo_ms,
         pinned=asked.pinned,
+        deadline_ms=asked.deadline_ms,
+        priority=asked.priority,
         start=start,
     )
     return Response(content, media_type="application/json", headers=headers)
@@ -165,6 +171,8 @@ async def answer(
     slo_ms: float | None,
     pinned: str | None,
     start: float,
+    deadline_ms: float | None = None,
+    priority: str = "normal",
 ) -> tuple[bytes, dict[str, str]]:
     """Serves validated node ids and builds the response: the JSON body and its headers.
 
@@ -177,7 +185,15 @@ async def answer(
     """
     metrics = core.metrics
     out = await core.predict(
-        served, nodes, output=output, tolerance=tolerance, slo_ms=slo_ms, pinned=pinned
+        served,
+        nodes,
+        output=output,
+        tolerance=tolerance,
+        slo_ms=slo_ms,
+        pinned=pinned,
+        deadline_ms=deadline_ms,
+        priority=priority,
+        arrived=start,
     )
     variant_id = out.variant.variant_id
     total_ms = (time.perf_counter() - start) * 1e3

@@ -1,0 +1,143 @@
+"""Deadlines and priorities over HTTP: refused at once, expired in the queue, counted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from serving_fakes import FakeModel, held, make_toy_registry, wait_until
+
+from gnnaas.serving import Router, Settings, create_app
+
+URL = "/v1/datasets/toy/predict"
+SETTINGS = dict(max_wait_ms=0.0, max_concurrent_batches=4, inline_max_nodes=0)
+
+
+@pytest.fixture
+def toy() -> Iterator[tuple[TestClient, Router, dict[str, FakeModel]]]:
+    registry, models = make_toy_registry()
+    app = create_app(Settings(**SETTINGS), registry=registry)
+    with TestClient(app) as client:
+        yield client, app.state.router, models
+
+
+def _post(client: TestClient, nodes: list[int], **headers: str) -> httpx.Response:
+    return client.post(URL, json={"nodes": nodes}, headers=headers)
+
+
+def test_a_deadline_shorter_than_every_prediction_is_refused_at_once(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]],
+) -> None:
+    client, core, models = toy
+    # The toy curves predict at least 1 ms for one node (sage-lasso-8x) and 3 ms (sage-full-1x).
+    calls = sum(m.calls for m in models.values())
+    refused = _post(client, [1, 2], **{"X-Deadline-Ms": "0.5", "X-Accuracy-Tolerance": "50"})
+    assert refused.status_code == 503
+    assert refused.headers["Retry-After"] == "1"
+    detail = refused.json()["detail"]
+    assert detail.startswith("X-Deadline-Ms 0.5: no admissible variant is predicted to answer")
+    assert "best prediction: 1.0 ms (sage-lasso-8x)" in detail
+    assert sum(m.calls for m in models.values()) == calls  # nothing computed
+    # A deadline the fastest admissible variant meets: served by the most accurate that does.
+    ok = _post(client, [1], **{"X-Deadline-Ms": "2.5", "X-Accuracy-Tolerance": "50"})
+    assert ok.status_code == 200 and ok.headers["X-Variant"] == "sage-lasso-2x"
+    # A deadline alone admits every variant, as an SLO alone does.
+    alone = _post(client, [1], **{"X-Deadline-Ms": "1.5"})
+    assert alone.status_code == 200 and alone.headers["X-Variant"] == "sage-lasso-8x"
+    metrics = client.get("/metrics").text
+    assert (
+        'gnnaas_admission_total{dataset="toy",outcome="shed_deadline",priority="normal"} 1.0'
+        in (metrics)
+    )
+
+
+def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]],
+) -> None:
+    client, core, models = toy
+    pin = "sage-full-1x"
+    model = models[pin]
+    lane = core.lane("toy", pin)
+    with held(model) as gate, ThreadPoolExecutor(3) as pool:
+        running = pool.submit(_post, client, [0], **{"X-Variant": pin})
+        assert model.entered.wait(5)
+        seen = model.calls
+        # Admitted (predicted to make 50 ms), then held behind the running batch past it.
+        queued_at = time.monotonic()
+        late = pool.submit(_post, client, [7], **{"X-Variant": pin, "X-Deadline-Ms": "50"})
+        patient = pool.submit(_post, client, [8], **{"X-Variant": pin})
+        wait_until(lambda: lane.batcher.queued_requests == 2)
+        # The deadline is 50 ms from arrival: once 100 ms have passed since it was sent, it has
+        # passed whatever the scheduling, and the model's gate opens only then.
+        wait_until(lambda: time.monotonic() - queued_at > 0.1)
+        gate.set()
+        assert running.result().status_code == 200
+        expired = late.result()
+        assert patient.result().status_code == 200
+    assert expired.status_code == 504
+    assert "deadline passed after" in expired.json()["detail"]
+    assert "it was not computed" in expired.json()["detail"]
+    assert model.calls == seen + 1  # one more batch: the patient request alone
+    metrics = client.get("/metrics").text
+    assert (
+        'gnnaas_admission_total{dataset="toy",outcome="expired",priority="normal"} 1.0' in metrics
+    )
+
+
+def test_every_priority_is_served_at_light_load_and_counted(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]],
+) -> None:
+    client, core, models = toy
+    pin = "sage-lasso-2x"
+    lane = core.lane("toy", pin)
+    with held(models[pin]) as gate, ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_post, client, [0], **{"X-Variant": pin})
+        assert models[pin].entered.wait(5)
+        jobs = []
+        for node, priority in ((1, "low"), (2, "normal"), (3, "HIGH")):
+            headers = {"X-Variant": pin, "X-Priority": priority}
+            jobs.append(pool.submit(_post, client, [node], **headers))
+            queued = len(jobs)
+            wait_until(lambda: lane.batcher.queued_requests == queued)  # noqa: B023
+        gate.set()
+        assert [job.result().status_code for job in [first, *jobs]] == [200] * 4
+    metrics = client.get("/metrics").text
+    for priority in ("high", "normal", "low"):
+        line = f'gnnaas_admission_total{{dataset="toy",outcome="admitted",priority="{priority}"}}'
+        assert line in metrics
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "detail"),
+    [
+        ("X-Deadline-Ms", "-5", "X-Deadline-Ms must be a finite number > 0 (got '-5')"),
+        ("X-Deadline-Ms", "0", "X-Deadline-Ms must be a finite number > 0 (got '0')"),
+        ("X-Deadline-Ms", "soon", "X-Deadline-Ms must be a finite number > 0 (got 'soon')"),
+        ("X-Priority", "urgent", "X-Priority must be one of high, normal, low (got 'urgent')"),
+    ],
+)
+def test_bad_deadline_and_priority_values_are_400(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]], header: str, value: str, detail: str
+) -> None:
+    client = toy[0]
+    response = _post(client, [1], **{header: value})
+    assert response.status_code == 400 and response.json() == {"detail": detail}
+
+
+def test_the_variants_listing_and_openapi_document_both_headers(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]],
+) -> None:
+    client = toy[0]
+    documented = client.get("/v1/datasets/toy/variants").json()["request_headers"]
+    assert {"X-Deadline-Ms", "X-Priority"} <= set(documented)
+    assert "504" in documented["X-Deadline-Ms"]
+    spec = client.get("/openapi.json").json()
+    params = spec["paths"]["/v1/datasets/{dataset}/predict"]["post"]["parameters"]
+    names = {p["name"] for p in params}
+    assert {"X-Deadline-Ms", "X-Priority"} <= names
+    responses = spec["paths"]["/v1/datasets/{dataset}/predict"]["post"]["responses"]
+    assert "504" in responses
