@@ -35,14 +35,21 @@ serve: $(STAMP)
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 8' -d '{\"nodes\": [0, 1, 2]}' -D -"
 	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
 
+# Each script writes <name>.json and the pages rendered from it (quick runs: .cache/bench/results or
+# the work folder; full runs: benchmarks/results); `python benchmarks/<script>.py --render JSON`
+# rewrites a page from its JSON without running anything.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampler.py --quick
+	$(BIN)/python benchmarks/bench_datasets.py --quick
+	$(BIN)/python benchmarks/bench_calibration.py --quick
 	$(BIN)/python benchmarks/bench_variants.py --quick --data-root $(DATA_ROOT)
 	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python benchmarks/bench_drift.py --quick
 	$(BIN)/python benchmarks/bench_policy.py --quick --check
 
 bench-full: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampler.py
+	$(BIN)/python benchmarks/bench_datasets.py
+	$(BIN)/python benchmarks/bench_calibration.py
 	$(BIN)/python benchmarks/bench_variants.py --data-root $(DATA_ROOT)
 	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python benchmarks/bench_drift.py
 	$(BIN)/python benchmarks/bench_policy.py --check

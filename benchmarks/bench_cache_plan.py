@@ -7,8 +7,8 @@ variants are those of ``--variants`` (default ``variants``); a dataset without a
 the default prune factors 1, 2, 4, 8 at fanouts (25, 10), as the command says. Pure CPU.
 
 Writes ``cache-plan.json`` (every row) and one ``cache-plan-<dataset>.md`` per dataset, generated
-from it (``benchmarks/results/`` unless ``--out``); ``--render`` rewrites the Markdown from an
-existing JSON.
+from it (``benchmarks/results/`` unless ``--out``); ``--render cache-plan.json`` rewrites the
+Markdown from a saved run.
 
 Example:
     python benchmarks/bench_cache_plan.py
@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as _dt
-import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -32,34 +29,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from common import (
+    REPO,
+    RESULTS,
+    command_line,
+    machine_info,
+    render_saved,
+    save_results,
+    say,
+    utc_now,
+)
+
+__all__ = ["main", "render"]
+
 DATASETS = ("Cora", "synth-flickr@0.2", "synth-reddit")
 SHARE = 0.1  # of the 1x features
-
-
-def say(*parts: object) -> None:
-    """Progress on stdout."""
-    print(*parts, flush=True)
-
-
-def machine() -> dict[str, Any]:
-    """CPU model, cores, Python and torch versions."""
-    import torch
-
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
 
 
 def plan(dataset: str, args: argparse.Namespace, profiles: Path) -> dict[str, Any]:
@@ -144,10 +128,10 @@ def _ratio_line(entry: dict[str, Any]) -> str:
     )
 
 
-def write_markdown(results: dict[str, Any], out: Path) -> list[Path]:
+def render(results: dict[str, Any]) -> dict[str, str]:
     """One ``cache-plan-<dataset>.md`` per dataset, from the results."""
     m = results["machine"]
-    paths = []
+    pages = {}
     for entry in results["datasets"]:
         lines = [
             f"# Feature-cache plan: {entry['dataset']}",
@@ -181,10 +165,8 @@ def write_markdown(results: dict[str, Any], out: Path) -> list[Path]:
                 "factors (⌊f/k⌋ features), as `gnnaas cache-plan` plans them.",
                 "",
             ]
-        path = out / f"cache-plan-{entry['dataset']}.md"
-        path.write_text("\n".join(lines))
-        paths.append(path)
-    return paths
+        pages[f"cache-plan-{entry['dataset']}.md"] = "\n".join(lines)
+    return pages
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,27 +176,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", default="variants", help="variant repository")
     parser.add_argument("--data-root", default=None, help="real datasets (default: $GNNAAS_DATA)")
     parser.add_argument("--out", default=None, help="(default: benchmarks/results)")
-    parser.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the .md beside its JSON")
     args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else REPO / "benchmarks" / "results"
     if args.render:
-        results = json.loads((out / "cache-plan.json").read_text())
-    else:
-        line = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-        results = {
-            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": machine(),
-            "bench": f"python benchmarks/bench_cache_plan.py {line}".rstrip(),
-            "data_root": args.data_root or os.environ.get("GNNAAS_DATA") or "(none)",
-            "datasets": [],
-        }
-        with tempfile.TemporaryDirectory() as tmp:
-            for dataset in args.datasets:
-                results["datasets"].append(plan(dataset, args, Path(tmp)))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "cache-plan.json").write_text(json.dumps(results, indent=1) + "\n")
-    for path in write_markdown(results, out):
-        say(f"wrote {path}")
+        render_saved(args.render, render)
+        return 0
+    results: dict[str, Any] = {
+        "date": utc_now(),
+        "machine": machine_info(),
+        "bench": command_line("bench_cache_plan.py", argv),
+        "data_root": args.data_root or os.environ.get("GNNAAS_DATA") or "(none)",
+        "datasets": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for dataset in args.datasets:
+            results["datasets"].append(plan(dataset, args, Path(tmp)))
+    save_results("cache-plan", results, render, Path(args.out) if args.out else RESULTS)
     return 0
 
 

@@ -13,7 +13,8 @@ predicted and measured times and the median absolute relative error, overall and
 The target (issue: calibrated service curves; one device-wide factor for machine load may
 remain): median absolute error of the router's prediction ≤ 15 % per variant over the batch
 sizes served; the curve-alone error is printed beside it. Writes ``drift.md`` and
-``drift.json`` (full run: ``benchmarks/results/``; ``--quick``: ``<workdir>/results/``).
+``drift.json`` (full run: ``benchmarks/results/``; ``--quick``: ``<workdir>/results/``), the page
+rendered from the JSON; ``--render drift.json`` rewrites it from a saved run.
 
 Example:
     python benchmarks/bench_drift.py --datasets Cora synth-flickr@0.2
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import statistics
@@ -34,37 +34,38 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_router import (  # noqa: E402
+from common import (
     QUICK,
-    _shown,
+    RESULTS,
+    command_line,
     machine_info,
     make_bodies,
     prepare,
+    render_saved,
+    save_results,
     say,
     serve_cmd,
+    shown,
     test_nodes,
 )
-from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+from loadgen import ServerProcess, StepSpec, free_port, run_closed
 
-__all__ = ["main"]
+__all__ = ["main", "render"]
 
-REPO = Path(__file__).resolve().parents[1]
 TARGET = 0.15
 
 
 def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
     """Variants, profiles and the server's drift record for one dataset."""
-    cfg = replace(
+    plan = replace(
         QUICK,
         dataset=dataset,
         epochs=args.epochs,
         profile_runs=args.profile_runs,
-        server_env=(("GNNAAS_TORCH_THREADS", "1"),),  # profile on the server's one thread
+        threads=1,  # profile on the server's one thread
     )
     workdir = Path(args.workdir)
-    variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
+    variants_dir, profiles_dir = prepare(plan, workdir, args.device)
     nodes = test_nodes(dataset, workdir)
     sizes = [s for s in args.sizes if s <= len(nodes)]
     port = free_port()
@@ -125,7 +126,8 @@ def _device_factor(rows: list[dict[str, Any]]) -> float:
     return statistics.median(ratios) if ratios else 1.0
 
 
-def write_markdown(results: dict[str, Any], path: Path) -> None:
+def render(results: dict[str, Any]) -> str:
+    """``drift.md`` from a run's results."""
     m = results["machine"]
     lines = [
         "# Service curves: predicted vs measured batch time",
@@ -213,10 +215,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                 f"{relative[len(relative) // 2]:.1%}).",
             ]
         lines.append("")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,13 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=4, help="max training epochs (default: 4)")
     parser.add_argument("--profile-runs", type=int, default=10, help="(default: 10)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a variant misses")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite drift.md beside its JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
     if args.requests is None:
         args.requests = 10 if args.quick else 30
     out = (
-        Path(args.out)
-        if args.out
-        else (Path(args.workdir) / "results" if args.quick else REPO / "benchmarks" / "results")
+        Path(args.out) if args.out else (Path(args.workdir) / "results" if args.quick else RESULTS)
     )
     t0 = time.monotonic()
     results: dict[str, Any] = {
@@ -248,11 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_before": list(os.getloadavg()),
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "args_line": " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("bench_drift.py", argv),
         "datasets": [measure(args, d) for d in args.datasets],
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "drift.json").write_text(json.dumps(results, indent=1, default=str))
-    write_markdown(results, out / "drift.md")
+    save_results("drift", results, render, out)
     misses = [
         (b["dataset"], r["variant"], r["median_abs_rel_error_scaled"])
         for b in results["datasets"]
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = sum(len(b["rows"]) for b in results["datasets"])
     say(
         f"bench_drift: {total - len(misses)}/{total} variants within {TARGET:.0%}; "
-        f"{_shown(out / 'drift.md')} in {time.monotonic() - t0:.0f} s"
+        f"{shown(out / 'drift.md')} in {time.monotonic() - t0:.0f} s"
     )
     return 1 if args.check and misses else 0
 

@@ -52,8 +52,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
 
-    from gnnaas.serving.deploy import ray as ray_backend
     from gnnaas.serving.core.settings import Settings
+    from gnnaas.serving.deploy import ray as ray_backend
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,8 @@ include them; they are not dependencies of gnnaas). Single-node requests: sequen
 sustained rate at p99 ≤ 20 ms, measured as ``bench_scale.py`` does (servers interleaved slice by
 slice at every concurrency level, ``--repeats`` times).
 
-Writes ``http-server.md`` and ``http-server.json`` (``benchmarks/results/`` unless ``--out``).
+Writes ``http-server.json`` and ``http-server.md`` rendered from it (``benchmarks/results/`` unless
+``--out``); ``--render http-server.json`` rewrites the page from a saved run.
 
 Example:
     python benchmarks/bench_http_server.py --repeats 3
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -34,16 +36,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    QUICK,
+    REPO,
+    RESULTS,
+    command_line,
+    machine_info,
+    make_bodies,
+    prepare,
+    render_saved,
+    save_results,
+    say,
+    test_nodes,
+    tree_pss_mb,
+)
+from loadgen import ServerProcess, free_port
+from measure import Policy, sequential_p50, sustained_interleaved
 
-from bench_policy import Policy, sustained_interleaved  # noqa: E402
-from bench_router import QUICK, machine_info, make_bodies, prepare, say, test_nodes  # noqa: E402
-from bench_scale import save_results, sequential_p50, tree_pss_mb  # noqa: E402
-from loadgen import ServerProcess, free_port  # noqa: E402
+__all__ = ["main", "render"]
 
-__all__ = ["main"]
-
-REPO = Path(__file__).resolve().parents[1]
 SERVERS = ("uvicorn", "uvicorn-h11", "granian", "hypercorn")
 APPS = {"gnnaas": "gnnaas.serving.deploy.workers:worker_app", "trivial": "trivial_app:create_app"}
 _MODULE = {"uvicorn": "uvicorn", "uvicorn-h11": "uvicorn", "granian": "granian"}
@@ -75,15 +86,15 @@ def server_cmd(server: str, factory: str, port: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = QUICK
+    plan = QUICK
     workdir = Path(args.workdir).resolve()  # the server processes read it too
-    variants_dir, profiles_dir = prepare(cfg, workdir, "cpu")
-    nodes = test_nodes(cfg.dataset, workdir)
-    route = f"/v1/datasets/{cfg.dataset}/predict"
+    variants_dir, profiles_dir = prepare(plan, workdir, "cpu")
+    nodes = test_nodes(plan.dataset, workdir)
+    route = f"/v1/datasets/{plan.dataset}/predict"
     env = {
         "GNNAAS_VARIANTS_DIR": str(variants_dir),
         "GNNAAS_PROFILES_DIR": str(profiles_dir),
-        "GNNAAS_DATASETS": json.dumps([cfg.dataset]),
+        "GNNAAS_DATASETS": json.dumps([plan.dataset]),
         "GNNAAS_DEVICE": "cpu",
         "GNNAAS_TORCH_THREADS": "1",
         # trivial_app.py, and whatever the caller's PYTHONPATH adds (e.g. where granian is)
@@ -92,10 +103,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
     }
     results: dict[str, Any] = {
-        "dataset": cfg.dataset,
+        "dataset": plan.dataset,
         "machine": machine_info(),
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "skipped": [s for s in args.servers if not installed(s)],
+        "versions": _versions(),
         "sequential_p50_ms": {},
         "memory_pss_mb": {},
     }
@@ -134,7 +146,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def write_markdown(results: dict[str, Any], path: Path) -> None:
+def render(results: dict[str, Any]) -> str:
+    """``http-server.md`` from a run's results."""
     m, a = results["machine"], results["args"]
     lines = [
         f"# HTTP server choice ({results['dataset']}, single-node requests)",
@@ -175,10 +188,28 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         + " of its rate. (A higher gnnaas / trivial share for a slower server means the server "
         "costs more per request, not that gnnaas does less.)",
     ]
+    if results.get("versions"):
+        lines += [
+            "",
+            "Versions: "
+            + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v)
+            + " (granian and hypercorn are not dependencies of gnnaas).",
+        ]
     if results["skipped"]:
         lines += ["", f"Not installed, skipped: {', '.join(results['skipped'])}."]
     lines.append("")
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def _versions() -> dict[str, str | None]:
+    """Installed versions of the servers and of uvicorn's parser and loop (None: absent)."""
+    out: dict[str, str | None] = {}
+    for dist in ("uvicorn", "httptools", "uvloop", "h11", "granian", "hypercorn"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,9 +224,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-max-requests", type=int, default=40_000)
     parser.add_argument("--sequential", type=int, default=300, help="requests for the p50")
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the .md beside its JSON")
     args = parser.parse_args(argv)
-    save_results(run(args), Path(args.out), "http-server", write_markdown)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    results = run(args)
+    results["command"] = command_line("bench_http_server.py", argv)
+    save_results("http-server", results, render, Path(args.out))
     return 0
 
 

@@ -6,9 +6,12 @@ labels as ``.npy``), then runs ``gnnaas import`` in a fresh process with its own
 and reports its wall time, its peak resident memory (the child's ``ru_maxrss``) and the size of the
 store it wrote. Goal (issue 12): ≤ 2 min and peak ≤ 2× the store.
 
+Writes ``import.json`` and ``import.md`` rendered from it (``benchmarks/results/`` unless
+``--out``); ``--render import.json`` rewrites the page from a saved run.
+
 Example:
     python benchmarks/bench_import.py                      # synth-products, full size
-    python benchmarks/bench_import.py --dataset synth-products@0.1 --out /tmp/import.md
+    python benchmarks/bench_import.py --dataset synth-products@0.1 --out /tmp/import
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from common import RESULTS, command_line, machine_info, render_saved, save_results
 
-from bench_router import machine_info  # noqa: E402
+__all__ = ["main", "render"]
 
 
 def export(name: str, folder: Path) -> dict[str, float]:
@@ -60,13 +63,55 @@ def export(name: str, folder: Path) -> dict[str, float]:
     }
 
 
+def render(results: dict[str, Any]) -> str:
+    """``import.md`` from a run's results."""
+    m, info = results["machine"], results["export"]
+    peak, store, floor = results["peak_bytes"], results["store_bytes"], results["floor_bytes"]
+    lines = [
+        f"# Importing {results['dataset']} (`gnnaas import`)",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m.get('mem_gb', float('nan')):.0f} GB RAM; "
+        f"command: `{results['command']}`.",
+    ]
+    if results.get("recovered_from"):
+        lines += ["", results["recovered_from"]]
+    lines += [
+        "",
+        f"Graph: {info['nodes']:,} nodes, {info['edges']:,} directed edges, {info['features']} "
+        f"features; exported as Parquet edges (src, dst) + `.npy` features and labels: "
+        f"{results['inputs_bytes'] / 2**30:.2f} GiB of input files (built in "
+        f"{info['build_s']:.0f} s, written in {info['export_s']:.0f} s).",
+        "",
+        "| figure | value | goal |",
+        "|---|---:|---|",
+        f"| wall time of `gnnaas import` (fresh process) | {results['wall_s']:.1f} s | ≤ 120 s |",
+        f"| peak resident memory of that process | {peak / 2**30:.2f} GiB | |",
+        f"| store written | {store / 2**30:.2f} GiB | |",
+        f"| peak / store | {peak / store:.2f}× | ≤ 2× |",
+        f"| the same without the interpreter's own {floor / 2**30:.2f} GiB (torch, pyarrow "
+        f"imported) | {(peak - floor) / store:.2f}× | |",
+        "",
+        "Output of the command:",
+        "",
+        "```",
+        results["output"].strip(),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synth-products", help="(default: synth-products)")
     parser.add_argument("--workdir", default=None, help="where the exported files go (tmp)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "import.md"))
+    parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite import.md beside its JSON")
     parser.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
     work = Path(args.workdir or tempfile.mkdtemp(prefix="gnnaas-bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
     if args.export_only:  # the child that builds and writes the files
@@ -115,39 +160,19 @@ def main(argv: list[str] | None = None) -> int:
         print(proc.stderr, file=sys.stderr)
         return 1
     peak = int(proc.stderr.split("maxrss_kib")[-1].split()[0]) * 1024  # KiB on Linux
-    store = sum(f.stat().st_size for f in home.rglob("*") if f.is_file())
-    m = machine_info()
-    lines = [
-        f"# Importing {args.dataset} (`gnnaas import`)",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m.get('mem_gb', float('nan')):.0f} GB RAM; "
-        f"command: `python benchmarks/bench_import.py "
-        + " ".join(sys.argv[1:] if argv is None else argv)
-        + "`.",
-        "",
-        f"Graph: {info['nodes']:,} nodes, {info['edges']:,} directed edges, {info['features']} "
-        f"features; exported as Parquet edges (src, dst) + `.npy` features and labels: "
-        f"{inputs / 2**30:.2f} GiB of input files (built in {info['build_s']:.0f} s, written in "
-        f"{info['export_s']:.0f} s).",
-        "",
-        "| figure | value | goal |",
-        "|---|---:|---|",
-        f"| wall time of `gnnaas import` (fresh process) | {wall:.1f} s | ≤ 120 s |",
-        f"| peak resident memory of that process | {peak / 2**30:.2f} GiB | |",
-        f"| store written | {store / 2**30:.2f} GiB | |",
-        f"| peak / store | {peak / store:.2f}× | ≤ 2× |",
-        f"| the same without the interpreter's own {floor / 2**30:.2f} GiB (torch, pyarrow "
-        f"imported) | {(peak - floor) / store:.2f}× | |",
-        "",
-        "Output of the command:",
-        "",
-        "```",
-        proc.stdout.strip(),
-        "```",
-        "",
-    ]
-    Path(args.out).write_text("\n".join(lines))
-    print("\n".join(lines))
+    results = {
+        "dataset": args.dataset,
+        "machine": machine_info(),
+        "command": command_line("bench_import.py", argv),
+        "export": info,
+        "inputs_bytes": inputs,
+        "wall_s": wall,
+        "peak_bytes": peak,
+        "store_bytes": sum(f.stat().st_size for f in home.rglob("*") if f.is_file()),
+        "floor_bytes": floor,
+        "output": proc.stdout,
+    }
+    save_results("import", results, render, Path(args.out))
     return 0
 
 

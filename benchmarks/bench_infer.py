@@ -22,7 +22,8 @@ precomputed variant served.
    (server-side ``timing_ms.total`` and client latency), the same pinned to its base variant, and
    the same at ``X-Accuracy-Tolerance: 1`` through the router (its share of the traffic).
 
-Writes ``infer.md`` and ``infer.json`` (``benchmarks/results/`` unless ``--out``).
+Writes ``infer.json`` and ``infer.md`` rendered from it (``benchmarks/results/`` unless ``--out``);
+``--render infer.json`` rewrites the page from a saved run.
 
 Example:
     python benchmarks/bench_infer.py
@@ -45,16 +46,24 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    QUICK,
+    RESULTS,
+    add_precomputed,
+    command_line,
+    machine_info,
+    make_bodies,
+    prepare,
+    render_saved,
+    save_results,
+    say,
+    serve_cmd,
+    test_nodes,
+)
+from loadgen import ServerProcess, StepSpec, free_port, run_closed
 
-from bench_policy import add_precomputed  # noqa: E402
-from bench_router import QUICK, machine_info, make_bodies, prepare, say, serve_cmd, test_nodes  # noqa: E402
-from bench_scale import save_results  # noqa: E402
-from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+__all__ = ["main", "render"]
 
-__all__ = ["main"]
-
-REPO = Path(__file__).resolve().parents[1]
 FANOUTS = (25, 10)
 HIDDEN = 256
 
@@ -155,21 +164,21 @@ def accuracy(dataset: str, variants_dir: Path, data_root: str | None) -> list[di
 def served(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
-    cfg = replace(QUICK, dataset=args.serve_dataset)
+    plan = replace(QUICK, dataset=args.serve_dataset)
     workdir = Path(args.workdir)
-    variants_dir, profiles_dir = prepare(cfg, workdir, "cpu")
-    exact = add_precomputed(cfg.dataset, variants_dir, profiles_dir, "best")
+    variants_dir, profiles_dir = prepare(plan, workdir, "cpu")
+    exact = add_precomputed(plan.dataset, variants_dir, profiles_dir, "best")
     assert exact is not None
     base = exact.split("@")[0]
-    nodes = test_nodes(cfg.dataset, workdir)
+    nodes = test_nodes(plan.dataset, workdir)
     bodies = make_bodies(nodes, 1, 2048, seed=3)
     port = free_port()
-    cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, "cpu")
-    out: dict[str, Any] = {"dataset": cfg.dataset, "precomputed": exact, "base": base}
+    cmd = serve_cmd(plan.dataset, variants_dir, profiles_dir, port, "cpu")
+    out: dict[str, Any] = {"dataset": plan.dataset, "precomputed": exact, "base": base}
     env = {"GNNAAS_TORCH_THREADS": "1"}
     with ServerProcess(cmd, port, workdir / "infer-server.log", env=env) as server:
-        url = f"{server.base_url}/v1/datasets/{cfg.dataset}/predict"
-        listing = server.get_json(f"/v1/datasets/{cfg.dataset}/variants")["variants"]
+        url = f"{server.base_url}/v1/datasets/{plan.dataset}/predict"
+        listing = server.get_json(f"/v1/datasets/{plan.dataset}/variants")["variants"]
         out["variants"] = [
             {k: v.get(k) for k in ("id", "accuracy", "admissible_at", "routable", "precomputed")}
             for v in listing
@@ -201,7 +210,8 @@ def served(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def write_markdown(results: dict[str, Any], path: Path) -> None:
+def render(results: dict[str, Any]) -> str:
+    """``infer.md`` from a run's results."""
     m = results["machine"]
     lines = [
         "# Exact layer-wise inference, and the precomputed variant served",
@@ -290,7 +300,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             f"**{100 * s['router_tol1']['precomputed_share']:.1f}%**.",
         ]
     lines.append("")
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -306,7 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
     parser.add_argument("--out", default=None, help="(default: benchmarks/results)")
     parser.add_argument("--child", choices=("exact", "sampled", "ray"), help=argparse.SUPPRESS)
+    parser.add_argument("--render", metavar="JSON", help="only rewrite infer.md beside its JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
     if args.child:
         result = child(args.child, args.datasets[0], args.chunk_size, args.data_root)
         print(json.dumps(result))
@@ -315,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine_info(),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "child")},
         "args_line": " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("bench_infer.py", argv),
         "throughput": [],
     }
     for dataset in args.datasets:
@@ -338,8 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if not args.skip_serve:
         results["served"] = served(args)
-    out = Path(args.out) if args.out else REPO / "benchmarks" / "results"
-    save_results(results, out, "infer", write_markdown)
+    save_results("infer", results, render, Path(args.out) if args.out else RESULTS)
     return 0
 
 

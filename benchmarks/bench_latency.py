@@ -18,7 +18,9 @@ Three parts, each speed-up switched off ("before") and on ("after") side by side
    next to ``benchmarks/trivial_app.py`` (the FastAPI + uvicorn ceiling with the same request
    shape) served the same way.
 
-Uses the variants and profiles of ``bench_policy.py``/``bench_drift.py`` in ``--workdir``.
+Uses the variants and profiles of ``bench_policy.py``/``bench_drift.py`` in ``--workdir``. Writes
+``latency.json`` and ``latency.md`` rendered from it (``benchmarks/results/`` unless ``--out``);
+``--render latency.json`` rewrites the page from a saved run.
 
 Example:
     python benchmarks/bench_latency.py --dataset synth-flickr@0.2
@@ -40,11 +42,20 @@ from typing import Any
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from common import (
+    RESULTS,
+    command_line,
+    machine_info,
+    make_bodies,
+    render_saved,
+    save_results,
+    serve_cmd,
+    test_nodes,
+    trivial_cmd,
+)
+from loadgen import ServerProcess, StepSpec, free_port, run_closed
 
-from bench_router import machine_info, make_bodies, serve_cmd, test_nodes, trivial_cmd  # noqa: E402
-from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+__all__ = ["main", "render"]
 
 PATHS = {"before (torch sampler)": "0", "after (compiled sampler)": "1"}
 FORWARDS = {"before (PyG convolutions)": "pyg", "after (fused layers)": "fused"}
@@ -75,15 +86,10 @@ def micro(dataset: str, variants_dir: Path, ids: list[str], calls: int) -> dict[
     sampler construction)."""
     out: dict[str, Any] = {}
     for label, flag in PATHS.items():
-        code = (
-            "import json, sys; sys.path.insert(0, 'benchmarks'); import bench_latency as b; "
-            f"print(json.dumps(b._micro_child({dataset!r}, {str(variants_dir)!r}, {ids!r}, "
-            f"{calls})))"
-        )
+        cmd = [sys.executable, __file__, "--micro-child", "--dataset", dataset]
+        cmd += ["--workdir", str(variants_dir.parent), "--variants", *ids, "--calls", str(calls)]
         env = {**os.environ, "GNNAAS_FAST_SAMPLER": flag}
-        res = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        )
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         out[label] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
 
@@ -214,30 +220,20 @@ def gpu_end_to_end(dataset: str, calls: int) -> dict[str, float] | None:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", default="synth-flickr@0.2")
-    parser.add_argument("--workdir", default=".cache/bench")
-    parser.add_argument("--variants", nargs=2, default=["sage-greedy-8x", "sage-full-1x"])
-    parser.add_argument("--calls", type=int, default=300, help="micro-benchmark calls")
-    parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
-    parser.add_argument(
-        "--gpu-dataset", default="synth-flickr", help="graph of the CUDA figures (with a GPU)"
-    )
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "latency.md"))
-    args = parser.parse_args(argv)
-    workdir = Path(args.workdir)
-    t0 = time.monotonic()
-    m = micro(args.dataset, workdir / "variants", args.variants, args.calls)
-    r = requests(args.dataset, workdir, args.variants[0], args.requests)
-    mach = machine_info()
+def render(results: dict[str, Any]) -> str:
+    """``latency.md`` from a run's results."""
+    m, r, mach = results["micro"], results["requests"], results["machine"]
     labels = list(PATHS)
     lines = [
-        f"# The latency floor ({args.dataset})",
+        f"# The latency floor ({results['dataset']})",
         "",
-        f"Machine: {mach['cpu']}, {mach['cores']} cores, torch {mach['torch']}, no GPU; one torch "
-        "thread; client and server on the same machine. Command: `python "
-        "benchmarks/bench_latency.py " + " ".join(sys.argv[1:] if argv is None else argv) + "`.",
+        f"Machine: {mach['cpu']}, {mach['cores']} cores, torch {mach['torch']}, "
+        f"{mach.get('gpu') or 'no GPU'}; one torch thread; client and server on the same "
+        f"machine. Command: `{results['command']}`.",
+    ]
+    if results.get("recovered_from"):
+        lines += ["", results["recovered_from"]]
+    lines += [
         "",
         "## Sampling (serving sampler, fanouts (25, 10)), median ms",
         "",
@@ -263,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines += [
         "",
-        f"## Sequential single-node requests ({args.variants[0]} pinned), ms",
+        f"## Sequential single-node requests ({results['variants'][0]} pinned), ms",
         "",
         "| server | requests | client p50 | client p99 | sample | gather | compute | queue |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -280,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{cell('server_gather_p50_ms')} | {cell('server_compute_p50_ms')} | "
             f"{cell('server_queue_p50_ms')} |"
         )
-    gpu = gpu_end_to_end(args.gpu_dataset, args.calls)
-    lines += ["", f"## GPU: end to end on CUDA, {args.gpu_dataset}, everything resident", ""]
+    gpu = results["gpu"]
+    lines += ["", f"## GPU: end to end on CUDA, {results['gpu_dataset']}, everything resident", ""]
     if gpu is None:
         lines.append(
             "No GPU was available to this run (`torch.cuda.is_available()` is false), so the "
@@ -297,12 +293,47 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "",
         f"gnnaas after / trivial endpoint, client p50: {after / trivial:.2f}× "
-        f"({after:.3f} vs {trivial:.3f} ms). Run took {time.monotonic() - t0:.0f} s.",
+        f"({after:.3f} vs {trivial:.3f} ms). Run took {results['wall_s']:.0f} s.",
         "",
     ]
-    text = "\n".join(lines)
-    Path(args.out).write_text(text)
-    print(text)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synth-flickr@0.2")
+    parser.add_argument("--workdir", default=".cache/bench")
+    parser.add_argument("--variants", nargs=2, default=["sage-greedy-8x", "sage-full-1x"])
+    parser.add_argument("--calls", type=int, default=300, help="micro-benchmark calls")
+    parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
+    parser.add_argument(
+        "--gpu-dataset", default="synth-flickr", help="graph of the CUDA figures (with a GPU)"
+    )
+    parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite latency.md beside its JSON")
+    parser.add_argument("--micro-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    workdir = Path(args.workdir)
+    if args.micro_child:  # one sampler path, in a process of its own (see micro)
+        variants_dir = str(workdir / "variants")
+        print(json.dumps(_micro_child(args.dataset, variants_dir, args.variants, args.calls)))
+        return 0
+    t0 = time.monotonic()
+    results: dict[str, Any] = {
+        "dataset": args.dataset,
+        "machine": machine_info(),
+        "command": command_line("bench_latency.py", argv),
+        "variants": args.variants,
+        "micro": micro(args.dataset, workdir / "variants", args.variants, args.calls),
+        "requests": requests(args.dataset, workdir, args.variants[0], args.requests),
+        "gpu_dataset": args.gpu_dataset,
+        "gpu": gpu_end_to_end(args.gpu_dataset, args.calls),
+    }
+    results["wall_s"] = time.monotonic() - t0
+    save_results("latency", results, render, Path(args.out))
     return 0
 
 

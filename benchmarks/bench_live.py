@@ -16,7 +16,8 @@ folder) on a free 127.0.0.1 port:
    the restarted server's PSS and start-up time are measured again. Those bulk batches are not
    paced: their rate is the most the server takes with no reads.
 
-Writes ``live.md`` and ``live.json`` (``benchmarks/results/`` unless ``--out``).
+Writes ``live.json`` and ``live.md`` rendered from it (``benchmarks/results/`` unless ``--out``);
+``--render live.json`` rewrites the page from a saved run.
 
 Example:
     python benchmarks/bench_live.py --total-updates 1000000
@@ -40,15 +41,24 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    QUICK,
+    RESULTS,
+    command_line,
+    machine_info,
+    make_bodies,
+    prepare,
+    render_saved,
+    save_results,
+    say,
+    serve_cmd,
+    test_nodes,
+    tree_pss_mb,
+)
+from loadgen import ServerProcess, StepSpec, free_port, run_closed, run_step
 
-from bench_router import QUICK, machine_info, make_bodies, prepare, say, serve_cmd, test_nodes  # noqa: E402
-from bench_scale import save_results, tree_pss_mb  # noqa: E402
-from loadgen import ServerProcess, StepSpec, free_port, run_closed, run_step  # noqa: E402
+__all__ = ["main", "render"]
 
-__all__ = ["main"]
-
-REPO = Path(__file__).resolve().parents[1]
 TOKEN = "bench-live-token"
 READ_HEADERS = {"X-Accuracy-Tolerance": "2"}
 
@@ -179,13 +189,13 @@ async def reads_with_writes(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gnnaas.data import load_dataset
 
-    cfg = QUICK
+    plan = QUICK
     workdir = Path(args.workdir).resolve()  # the server processes read it too
-    variants_dir, profiles_dir = prepare(cfg, workdir, "cpu")
-    nodes = test_nodes(cfg.dataset, workdir)
+    variants_dir, profiles_dir = prepare(plan, workdir, "cpu")
+    nodes = test_nodes(plan.dataset, workdir)
     state = workdir / "live-state"
     shutil.rmtree(state, ignore_errors=True)
-    store = load_dataset(cfg.dataset)
+    store = load_dataset(plan.dataset)
     stream = EdgeStream(store.rowptr.numpy(), store.col.numpy())
     # The client's own pauses count as read latency (open loop): its edge bookkeeping (hundreds
     # of thousands of tuples) must not trigger full collections mid-step, which stalled it by
@@ -195,18 +205,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     gc.disable()
     env = {"GNNAAS_TORCH_THREADS": "1", "GNNAAS_WRITE_TOKEN": TOKEN}
     results: dict[str, Any] = {
-        "dataset": cfg.dataset,
+        "dataset": plan.dataset,
         "machine": machine_info(),
         "args": {k: v for k, v in vars(args).items() if k != "out"},
     }
     port = free_port()
     cmd = [
-        *serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, "cpu"),
+        *serve_cmd(plan.dataset, variants_dir, profiles_dir, port, "cpu"),
         "--state-dir",
         str(state),
     ]
     bodies = make_bodies(nodes, 1, 512, seed=1)
-    route = f"/v1/datasets/{cfg.dataset}"
+    route = f"/v1/datasets/{plan.dataset}"
     with ServerProcess(cmd, port, workdir / "live-server.log", env=env) as server:
         read_url, write_url = f"{server.base_url}{route}/predict", f"{server.base_url}{route}/edges"
         spec = StepSpec(rate_rps=0.0, duration_s=1.0, max_requests=2000, concurrency=2)
@@ -246,11 +256,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bulk_updates_per_s": bulk["updates_per_s"],
             "graph_version": info["graph_version"],
             "pss_mb_before_compaction": tree_pss_mb(server.pid),
-            "log_mb": (state / cfg.dataset / "log.wal").stat().st_size / 2**20,
+            "log_mb": (state / plan.dataset / "log.wal").stat().st_size / 2**20,
         }
         say(f"after {results['memory']['updates']:,} updates: {results['memory']}")
     t0 = time.perf_counter()
-    compact = [sys.executable, "-m", "gnnaas.cli", "compact", "--dataset", cfg.dataset]
+    compact = [sys.executable, "-m", "gnnaas.cli", "compact", "--dataset", plan.dataset]
     out = subprocess.run(
         [*compact, "--state-dir", str(state)], capture_output=True, text=True, check=True
     )
@@ -258,7 +268,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["memory"]["compact_output"] = out.stdout.strip()
     port = free_port()
     cmd = [
-        *serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, "cpu"),
+        *serve_cmd(plan.dataset, variants_dir, profiles_dir, port, "cpu"),
         "--state-dir",
         str(state),
     ]
@@ -272,7 +282,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def write_markdown(results: dict[str, Any], path: Path) -> None:
+def render(results: dict[str, Any]) -> str:
+    """``live.md`` from a run's results."""
     m, a, mem = results["machine"], results["args"], results["memory"]
     rounds = results["rounds"]
 
@@ -325,7 +336,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         f"**{mem['pss_mb_after_compaction']:,.0f} MB**.",
         "",
     ]
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -347,9 +358,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--total-updates", type=int, default=1_000_000, help="for the memory figures"
     )
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite live.md beside its JSON")
     args = parser.parse_args(argv)
-    save_results(run(args), Path(args.out), "live", write_markdown)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    results = run(args)
+    results["command"] = command_line("bench_live.py", argv)
+    save_results("live", results, render, Path(args.out))
     return 0
 
 

@@ -7,6 +7,9 @@ pruned variants twice from it: initialized at random ("cold") and warm-started f
 weights restricted to the kept features ("warm"). Prints and writes the validation and test
 accuracy, epochs and training time of every variant.
 
+Writes ``master.json`` and ``master.md`` rendered from it (``benchmarks/results/`` unless
+``--out``); ``--render master.json`` rewrites the page from a saved run.
+
 Example:
     python benchmarks/bench_master.py --dataset Cora --data-root ../shared/data
 """
@@ -19,26 +22,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import torch
-import torch.nn.functional as F
-from safetensors.torch import save_file
-from torch_geometric.nn.models import GraphSAGE
+from common import RESULTS, command_line, machine_info, render_saved, save_results
 
-from gnnaas.data import load_dataset
-from gnnaas.variants.master import import_master
-from gnnaas.variants.pipeline import generate_variants
-from gnnaas.variants.repository import VariantRepository
-from gnnaas.variants.training import TrainConfig
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from bench_router import machine_info  # noqa: E402
+__all__ = ["main", "render"]
 
 
-def train_plain_pyg(store, hidden: int, epochs: int) -> tuple[GraphSAGE, float]:  # type: ignore[no-untyped-def]
+def train_plain_pyg(store: Any, hidden: int, epochs: int) -> tuple[Any, float]:
     """Full-graph GraphSAGE on the training nodes; its own full-graph test accuracy."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn.models import GraphSAGE
+
     torch.manual_seed(0)
     model = GraphSAGE(store.num_features, hidden, num_layers=2, out_channels=store.num_classes)
     dst = torch.repeat_interleave(
@@ -58,14 +54,17 @@ def train_plain_pyg(store, hidden: int, epochs: int) -> tuple[GraphSAGE, float]:
     return model, float((pred[store.test_idx] == store.y[store.test_idx]).float().mean())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", default="Cora")
-    parser.add_argument("--data-root", default=None, help="(default: $GNNAAS_DATA)")
-    parser.add_argument("--hidden", type=int, default=32, help="master hidden width (default 32)")
-    parser.add_argument("--epochs", type=int, default=100, help="master epochs (default 100)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "master.md"))
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
+    """The master trained and imported, then its pruned variants cold and warm."""
+    import torch
+    from safetensors.torch import save_file
+
+    from gnnaas.data import load_dataset
+    from gnnaas.variants.master import import_master
+    from gnnaas.variants.pipeline import generate_variants
+    from gnnaas.variants.repository import VariantRepository
+    from gnnaas.variants.training import TrainConfig
+
     torch.set_num_threads(1)
     store = load_dataset(args.dataset, args.data_root, seed=0)
     model, script_acc = train_plain_pyg(store, args.hidden, args.epochs)
@@ -83,52 +82,89 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     )
-    runs = {}
+    runs: dict[str, Any] = {}
     for warm in (False, True):
         repo = VariantRepository(tmp / ("warm" if warm else "cold"))
         manifest, _ = import_master(store, repo, weights, config)
         start = time.perf_counter()
         rows = generate_variants(store, repo, archs=["sage"], config=TrainConfig(), warm_start=warm)
         total = time.perf_counter() - start
-        runs[warm] = (
-            manifest,
-            total,
-            [(r, repo.manifest(store.name, r.variant_id)) for r in rows[1:]],
-        )
+        runs["warm" if warm else "cold"] = {
+            "master": manifest,
+            "seconds": total,
+            "variants": [repo.manifest(store.name, r.variant_id) for r in rows[1:]],
+        }
         print(f"{'warm' if warm else 'cold'}: {total:.1f} s", file=sys.stderr)
-    master = runs[False][0]
-    machine = machine_info()
+    master = runs["cold"]["master"]
+
+    def figures(m: Any) -> dict[str, float]:
+        return {k: float(m.metrics[k]) for k in ("val_acc", "test_acc", "epochs")}
+
+    return {
+        "dataset": store.name,
+        "machine": machine_info(),
+        "command": command_line("bench_master.py", argv),
+        "hidden": args.hidden,
+        "epochs": args.epochs,
+        "script_test_acc": script_acc,
+        "master": {"variant": master.variant_id, **figures(master)},
+        "seconds": {k: runs[k]["seconds"] for k in ("cold", "warm")},
+        "variants": [
+            {"variant": cold.variant_id, "cold": figures(cold), "warm": figures(warm)}
+            for cold, warm in zip(runs["cold"]["variants"], runs["warm"]["variants"], strict=True)
+        ],
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    """``master.md`` from a run's results."""
+    m, master = results["machine"], results["master"]
     lines = [
-        f"# A PyG master model's variants, cold vs warm start ({store.name})",
+        f"# A PyG master model's variants, cold vs warm start ({results['dataset']})",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores']} cores, torch {torch.__version__}, "
-        "one torch thread. Command: `python benchmarks/bench_master.py "
-        + " ".join(sys.argv[1:] if argv is None else argv)
-        + "`.",
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, one torch thread. "
+        f"Command: `{results['command']}`.",
+    ]
+    if results.get("recovered_from"):
+        lines += ["", results["recovered_from"]]
+    lines += [
         "",
-        f"Master: PyG `GraphSAGE` (hidden {args.hidden}, 2 layers) trained {args.epochs} epochs "
-        f"in a plain PyG script: its own full-graph test accuracy **{script_acc * 100:.2f} %**; "
-        f"imported as `{master.variant_id}`, served with sampled (25, 10) neighborhoods: val "
-        f"{master.metrics['val_acc'] * 100:.2f} %, "
-        f"test **{master.metrics['test_acc'] * 100:.2f} %**.",
+        f"Master: PyG `GraphSAGE` (hidden {results['hidden']}, 2 layers) trained "
+        f"{results['epochs']} epochs in a plain PyG script: its own full-graph test accuracy "
+        f"**{results['script_test_acc'] * 100:.2f} %**; imported as `{master['variant']}`, "
+        f"served with sampled (25, 10) neighborhoods: val {master['val_acc'] * 100:.2f} %, "
+        f"test **{master['test_acc'] * 100:.2f} %**.",
         "",
         f"Pruned variants (default `TrainConfig`, early stopping on validation): cold "
-        f"{runs[False][1]:.1f} s in all, warm {runs[True][1]:.1f} s.",
+        f"{results['seconds']['cold']:.1f} s in all, warm {results['seconds']['warm']:.1f} s.",
         "",
         "| variant | cold val % | cold test % | cold epochs "
         "| warm val % | warm test % | warm epochs |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for (_, cold), (_, warm) in zip(runs[False][2], runs[True][2], strict=True):
+    for row in results["variants"]:
+        cold, warm = row["cold"], row["warm"]
         lines.append(
-            f"| {cold.variant_id} | {cold.metrics['val_acc'] * 100:.2f} | "
-            f"{cold.metrics['test_acc'] * 100:.2f} | {int(cold.metrics['epochs'])} | "
-            f"{warm.metrics['val_acc'] * 100:.2f} | {warm.metrics['test_acc'] * 100:.2f} | "
-            f"{int(warm.metrics['epochs'])} |"
+            f"| {row['variant']} | {cold['val_acc'] * 100:.2f} | {cold['test_acc'] * 100:.2f} | "
+            f"{int(cold['epochs'])} | {warm['val_acc'] * 100:.2f} | "
+            f"{warm['test_acc'] * 100:.2f} | {int(warm['epochs'])} |"
         )
-    text = "\n".join(lines) + "\n"
-    Path(args.out).write_text(text)
-    print(text)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="Cora")
+    parser.add_argument("--data-root", default=None, help="(default: $GNNAAS_DATA)")
+    parser.add_argument("--hidden", type=int, default=32, help="master hidden width (default 32)")
+    parser.add_argument("--epochs", type=int, default=100, help="master epochs (default 100)")
+    parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite master.md beside its JSON")
+    args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    save_results("master", run(args, argv), render, Path(args.out))
     return 0
 
 

@@ -32,7 +32,8 @@ repeat, the router's sustained rate is at least ``--ratio`` (0.9) times that of 
 variant admissible under the same tolerance in the same repeat. The exit status is 1 when it fails.
 
 Writes ``policy.md`` and ``policy.json`` (full run: ``benchmarks/results/``; ``--quick``:
-``<workdir>/results/`` unless ``--out`` says otherwise).
+``<workdir>/results/`` unless ``--out`` says otherwise), the page rendered from the JSON;
+``--render policy.json`` rewrites it from a saved run.
 
 Example:
     python benchmarks/bench_policy.py --quick --check
@@ -44,50 +45,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_router import (  # noqa: E402
+from common import (
     FULL,
     QUICK,
-    Config,
-    _shown,
+    RESULTS,
+    Plan,
+    add_precomputed,
+    command_line,
     machine_info,
     make_bodies,
-    overhead,
     prepare,
+    render_saved,
+    save_results,
     say,
     serve_cmd,
+    shown,
     test_nodes,
     trivial_cmd,
     wait_idle,
 )
-from loadgen import ServerProcess, StepResult, StepSpec, free_port, run_closed  # noqa: E402
+from loadgen import ServerProcess, StepSpec, free_port, run_closed
+from measure import Policy, overhead, sustained_interleaved
 
-__all__ = ["main"]
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Policy:
-    """A way of sending requests of one size: the headers a client would set."""
-
-    key: str
-    headers: dict[str, str]
-    tolerance: float | None  # router tolerance; None for a pinned variant
-    url: str | None = None  # another server (the trivial endpoint); None: gnnaas
+__all__ = ["main", "render"]
 
 
 def admissible_ids(variants: list[dict[str, Any]], tolerance: float) -> list[str]:
@@ -159,113 +148,6 @@ def prerun_rates(
     return rates
 
 
-def run_slice(
-    url: str,
-    bodies: list[bytes],
-    policy: Policy,
-    concurrency: int,
-    duration_s: float,
-    args: argparse.Namespace,
-    part: int,
-) -> StepResult:
-    """``duration_s`` of closed loop for ``policy`` at ``concurrency``."""
-    spec = StepSpec(
-        rate_rps=0.0,
-        duration_s=duration_s,
-        max_requests=args.step_max_requests,
-        concurrency=concurrency,
-        seed=concurrency * 100 + part,
-    )
-    return asyncio.run(run_closed(url, bodies, policy.headers, spec))
-
-
-def merge_slices(slices: Sequence[StepResult]) -> dict[str, Any]:
-    """One step's figures from its slices: answers over the slices' summed wall time, and
-    percentiles over all their requests together."""
-    step = StepResult.merged(slices)
-    return {
-        "concurrency": step.spec.concurrency,
-        "slices": len(slices),
-        "throughput_rps": step.throughput_rps,
-        "p50_ms": step.percentile(50),
-        "p99_ms": step.percentile(99),
-        "errors": step.error_share + step.rejected_share,
-        "variants": dict(step.variants_served()),
-    }
-
-
-def sustained_interleaved(
-    url: str,
-    bodies: list[bytes],
-    policies: Sequence[Policy],
-    args: argparse.Namespace,
-    bound_ms: float,
-    rotate: int,
-) -> dict[str, dict[str, Any]]:
-    """Every policy's closed-loop steps, interleaved *per concurrency level*.
-
-    At each level every policy still in the race runs its step before any policy moves to the
-    next level, and each step is cut into ``args.slices`` slices run round-robin over the policies
-    (in an order rotated from slice to slice, level to level and by ``rotate`` between repeats),
-    so the time a policy is measured is spread over the whole level: a slowdown of the machine or
-    of the client for a second or two hits every policy alike instead of one policy's step. A
-    policy stops after two steps in a row over the bound (more clients would only queue longer).
-    Its sustained rate is :func:`rate_at_bound` of its steps.
-    """
-    steps: dict[str, list[dict[str, Any]]] = {p.key: [] for p in policies}
-    live = list(policies)
-    slice_s = args.step_s / args.slices
-    for level, concurrency in enumerate(args.concurrency):
-        parts: dict[str, list[StepResult]] = {p.key: [] for p in live}
-        for part in range(args.slices):
-            k = (level + rotate + part) % len(live)
-            for pol in live[k:] + live[:k]:
-                parts[pol.key].append(
-                    run_slice(pol.url or url, bodies, pol, concurrency, slice_s, args, part)
-                )
-        for pol in live:
-            steps[pol.key].append(merge_slices(parts[pol.key]))
-        live = [
-            p
-            for p in live
-            if not (
-                len(steps[p.key]) >= 2
-                and steps[p.key][-1]["p99_ms"] > bound_ms
-                and steps[p.key][-2]["p99_ms"] > bound_ms
-            )
-        ]
-        if not live:
-            break
-    return {
-        key: {"rate_rps": rate_at_bound(series, bound_ms), "steps": series}
-        for key, series in steps.items()
-    }
-
-
-def rate_at_bound(steps: list[dict[str, Any]], bound_ms: float) -> float:
-    """Throughput at which p99 reaches ``bound_ms``, interpolated between closed-loop steps.
-
-    Steps are in rising concurrency. Below the first step over the bound the best throughput of
-    the steps within it counts; between the last step within and the first step over, the rate
-    is interpolated linearly in p99 (a step that just misses the bound then moves the figure by
-    a little instead of dropping a whole concurrency level). Steps with errors count as over.
-    """
-    best = 0.0
-    prev: dict[str, Any] | None = None
-    for st in steps:
-        within = st["p99_ms"] <= bound_ms and st["errors"] == 0
-        if within:
-            best = max(best, st["throughput_rps"])
-            prev = st
-            continue
-        if prev is not None and st["errors"] == 0 and st["p99_ms"] > prev["p99_ms"]:
-            frac = (bound_ms - prev["p99_ms"]) / (st["p99_ms"] - prev["p99_ms"])
-            gain = max(st["throughput_rps"] - prev["throughput_rps"], 0.0)
-            best = max(best, prev["throughput_rps"] + frac * gain)
-        break
-    return best
-
-
 def _crossed(steps: list[dict[str, Any]], bound_ms: float) -> str:
     """The first concurrency whose step went over the bound: a rate from a series that never
     did is a floor (more clients would have been served within it), and says so."""
@@ -274,55 +156,6 @@ def _crossed(steps: list[dict[str, Any]], bound_ms: float) -> str:
             return f"c={st['concurrency']}"
     top = steps[-1]["concurrency"] if steps else 0
     return f"not reached (c ≤ {top}: a floor)"
-
-
-def add_precomputed(
-    dataset: str, variants_dir: Path, profiles_dir: Path, choice: str
-) -> str | None:
-    """Stores and profiles the precomputed variant of ``choice`` unless it is there; returns its
-    id. ``best``: the 1× model (trained or distilled, fp32) whose *exact* pass is the most
-    accurate on the validation nodes."""
-    if choice == "none":
-        return None
-    folder = variants_dir / dataset
-    if choice == "best":
-        from gnnaas.data import load_dataset
-        from gnnaas.variants.exact import exact_pass
-        from gnnaas.variants.repository import VariantRepository
-
-        repo = VariantRepository(variants_dir)
-        # every 1× model whose exact pass differs: trained or distilled, fp32 (other fanouts
-        # share their base's exact answers; int8 is a CPU serving form, not a model to tabulate)
-        full = [
-            m
-            for m in repo.list(dataset)
-            if m.prune == 1
-            and m.precomputed is None
-            and m.precision == "fp32"
-            and m.axes["fanouts"] is None
-        ]
-        store = load_dataset(dataset, os.environ.get("GNNAAS_DATA"), seed=full[0].seed)
-        scores = {
-            m.variant_id: exact_pass(store, repo, m.variant_id).accuracy["val"]["exact"]
-            for m in full
-        }
-        choice = max(scores, key=lambda v: scores[v])
-        say(f"precompute: exact validation accuracy of the 1x models {scores}: {choice}")
-    exact = f"{choice}@exact"
-    base = [sys.executable, "-m", "gnnaas.cli", "-q"]
-    common = ["--dataset", dataset, "--variants", str(variants_dir)]
-    if not (folder / exact / "manifest.json").exists():
-        say(f"precomputing {exact}")
-        subprocess.run([*base, "precompute", *common, "--variant", choice], check=True)
-    profiled = (profiles_dir / dataset / "profiles.csv").read_text()
-    if f",{exact}," not in profiled:
-        say(f"profiling {exact}")
-        subprocess.run(
-            [*base, "profile", *common, "--out", str(profiles_dir), "--only", exact],
-            check=True,
-            env={**os.environ, "GNNAAS_TORCH_THREADS": "1"},
-        )
-    return exact
 
 
 def report_picks(folder: Path, tolerances: Sequence[float]) -> list[dict[str, Any]]:
@@ -342,26 +175,26 @@ def report_picks(folder: Path, tolerances: Sequence[float]) -> list[dict[str, An
     return [{k: row.get(k) for k in keep} for row in table.to_dict("records")]
 
 
-def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+def run(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     workdir = Path(args.workdir)
-    variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
-    precomputed = add_precomputed(cfg.dataset, variants_dir, profiles_dir, args.precompute)
-    nodes = test_nodes(cfg.dataset, workdir)
+    variants_dir, profiles_dir = prepare(plan, workdir, args.device)
+    precomputed = add_precomputed(plan.dataset, variants_dir, profiles_dir, args.precompute)
+    nodes = test_nodes(plan.dataset, workdir)
     port = free_port()
-    env = {"GNNAAS_TORCH_THREADS": "1", **dict(cfg.server_env)}
+    env = {"GNNAAS_TORCH_THREADS": "1"}
     results: dict[str, Any] = {
-        "dataset": cfg.dataset,
+        "dataset": plan.dataset,
         "machine": machine_info(),
         "args": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "precomputed": precomputed,
         "sizes": {},
     }
-    cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
+    cmd = serve_cmd(plan.dataset, variants_dir, profiles_dir, port, args.device)
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(
             ServerProcess(cmd, port, workdir / "policy-server.log", env=env)
         )
-        route = f"/v1/datasets/{cfg.dataset}/predict"
+        route = f"/v1/datasets/{plan.dataset}/predict"
         url = f"{server.base_url}{route}"
         # The FastAPI + uvicorn app with the same request shape, measured as one more policy
         # (interleaved with the others) for single-node requests.
@@ -373,7 +206,7 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
             log = workdir / "policy-trivial.log"
             ceiling = stack.enter_context(ServerProcess(trivial_cmd(tport), tport, log))
             trivial = Policy("trivial-endpoint", {}, None, url=f"{ceiling.base_url}{route}")
-        listing = server.get_json(f"/v1/datasets/{cfg.dataset}/variants")["variants"]
+        listing = server.get_json(f"/v1/datasets/{plan.dataset}/variants")["variants"]
         variants = []
         for v in listing:
             profile = v.get("profile") or {}
@@ -386,10 +219,11 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
             for v in variants
         ]
         results["full_model"] = full_model(variants)
-        results["picks"] = report_picks(profiles_dir / cfg.dataset, args.tolerances)
+        results["picks"] = report_picks(profiles_dir / plan.dataset, args.tolerances)
         ones = make_bodies(nodes, 1, 512, seed=1)
-        wait_idle(server, cfg.dataset)
-        results["overhead"] = overhead(url, ones, {"X-Accuracy-Tolerance": "2"}, cfg)
+        wait_idle(server, plan.dataset)
+        requests = 200 if args.quick else 400
+        results["overhead"] = overhead(url, ones, {"X-Accuracy-Tolerance": "2"}, requests)
         say(
             "overhead (single nodes, 40 req/s, tolerance 2): p50 server "
             f"{results['overhead']['server_total_p50_ms']:.2f} ms - executor "
@@ -417,7 +251,7 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
                 asyncio.run(run_closed(pol.url or url, bodies, pol.headers, spec))
             repeats: list[dict[str, Any]] = []
             for r in range(args.repeats):
-                wait_idle(server, cfg.dataset)
+                wait_idle(server, plan.dataset)
                 measured = sustained_interleaved(url, bodies, pols, args, bound_ms, rotate=r)
                 for pol in pols:
                     say(
@@ -543,8 +377,9 @@ def matched(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None:
-    m = results["machine"]
+def render(results: dict[str, Any]) -> str:
+    """``policy.md`` (or ``<name>.md``) from a run's results."""
+    m, rows = results["machine"], results["check"]
     lines = [
         f"# Router vs fixed choices ({results['dataset']})",
         "",
@@ -631,10 +466,7 @@ def write_markdown(results: dict[str, Any], rows: list[dict[str, Any]], path: Pa
             f"{'yes' if r['ok'] else '**no**'} |"
         )
     lines.append("")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+    return "\n".join(lines)
 
 
 def speedups(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -809,18 +641,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when the rule fails")
     parser.add_argument(
-        "--render", metavar="JSON", help="only rewrite policy.md from a policy.json of a run"
+        "--render", metavar="JSON", help="only rewrite the .md beside a policy.json of a run"
     )
     args = parser.parse_args(argv)
     if len(args.bound_ms) != len(args.sizes):
         parser.error("--bound-ms needs one value per --sizes value")
-    from dataclasses import replace
-
-    cfg = QUICK if args.quick else FULL
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    plan = QUICK if args.quick else FULL
     # Profile on the server's one torch thread, so the curves are those of the served pipeline.
-    cfg = replace(cfg, server_env=(("GNNAAS_TORCH_THREADS", "1"),))
-    if args.dataset:
-        cfg = replace(cfg, dataset=args.dataset)
+    plan = replace(plan, dataset=args.dataset or plan.dataset, threads=1)
     # --quick: fewer levels with longer steps rather than many short ones: a p99 over a 2-s step
     # of 64-node requests rests on its ~10 slowest answers and decides a whole series.
     if args.concurrency is None:
@@ -829,28 +660,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.concurrency = [1, 4, 16, 64, 128] if args.quick else [1, 2, 4, 8, 16, 32, 64, 96, 128]
     if args.step_s is None:
         args.step_s = 3.0 if args.quick else 4.0
-    out = (
-        Path(args.out)
-        if args.out
-        else (Path(args.workdir) / "results" if args.quick else REPO / "benchmarks" / "results")
-    )
-    if args.render:
-        results = json.loads(Path(args.render).read_text())
-        md = Path(args.render).with_suffix(".md")
-        write_markdown(results, results["check"], md)
-        return 0
+    quick_out = Path(args.workdir) / "results"
+    out = Path(args.out) if args.out else (quick_out if args.quick else RESULTS)
     t0 = time.monotonic()
-    results = run(args, cfg)
+    results = run(args, plan)
     results["args_line"] = " ".join(sys.argv[1:] if argv is None else argv)
+    results["command"] = command_line("bench_policy.py", argv)
     rows = check(results, args.ratio)
     results["check"] = rows
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(results, indent=1, default=str))
-    write_markdown(results, rows, out / f"{args.name}.md")
+    save_results(args.name, results, render, out)
     failed = [r for r in rows if not r["ok"]]
     say(
         f"bench_policy: {len(rows) - len(failed)}/{len(rows)} checks hold; "
-        f"{_shown(out / f'{args.name}.md')} in {time.monotonic() - t0:.0f} s"
+        f"{shown(out / f'{args.name}.md')} in {time.monotonic() - t0:.0f} s"
     )
     return 1 if args.check and failed else 0
 

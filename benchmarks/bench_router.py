@@ -1,9 +1,9 @@
-"""The router under real HTTP load, side by side with static serving and the driver's own ceiling.
+"""The router under open-loop HTTP load, side by side with static serving and the driver's ceiling.
 
 Steps (each bounded in requests and seconds; the bench stops by itself):
 
-1. ``gnnaas prepare`` for the dataset (SAGE and GIN, every ranking and prune factor) into
-   ``<workdir>/variants`` and ``<workdir>/profiles``; reruns reuse them.
+1. The variants and profiles of :data:`common.FULL` (``--quick``: :data:`common.QUICK`) for the
+   dataset, into ``<workdir>/variants`` and ``<workdir>/profiles``; reruns reuse them.
 2. The ceiling: ``benchmarks/trivial_app.py`` (the router's request shape, no work) under uvicorn,
    driven by the same open-loop Poisson driver at rising rates.
 3. ``gnnaas serve`` on a free 127.0.0.1 port; for requests of 1 and of 64 random test nodes and for
@@ -13,28 +13,27 @@ Steps (each bounded in requests and seconds; the bench stops by itself):
    closed-loop saturation step.
 4. The same saturation step against a server with dynamic batching off
    (``GNNAAS_MAX_BATCH_NODES=1``).
-5. With ``--layers``: where time goes, from ``Server-Timing`` and a py-spy (or no) profile of the
-   server under load, written to ``router-layers.md``.
 
-Writes ``router.md`` and ``router.png`` (full run: ``benchmarks/results/``; ``--quick``:
-``<workdir>/results/`` unless ``--out`` says otherwise) and the raw figures as JSON in the workdir.
+Writes ``router.json`` (every figure), ``router.md`` and ``router.png`` rendered from it, and
+``router-order.json`` (the policies' tiers a rerun should reproduce): full run into
+``benchmarks/results/``, ``--quick`` into ``<workdir>/results/`` unless ``--out`` says otherwise.
+``--render router.json`` rewrites the page and the plot from a saved run. Where time goes inside
+one request is ``bench_layers.py``'s question.
 
 Example:
     python benchmarks/bench_router.py --quick
-    python benchmarks/bench_router.py --layers
+    python benchmarks/bench_router.py --render benchmarks/results/router.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import json
 import math
 import os
-import platform
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -42,40 +41,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from loadgen import (  # noqa: E402
-    CLIENTS,
-    ServerProcess,
-    StepResult,
-    StepSpec,
-    free_port,
-    run_closed,
-    run_step,
+from common import (
+    FULL,
+    QUICK,
+    REPO,
+    RESULTS,
+    Plan,
+    busy_note,
+    command_line,
+    load_snapshot,
+    machine_info,
+    make_bodies,
+    predict_ms,
+    prepare,
+    proc_cpu_s,
+    render_saved,
+    save_results,
+    say,
+    serve_cmd,
+    shown,
+    test_nodes,
+    trivial_cmd,
+    utc_now,
+    variant_table,
+    wait_idle,
 )
+from loadgen import CLIENTS, ServerProcess, StepResult, StepSpec, free_port, run_closed, run_step
+from measure import overhead, percentile
 
-__all__ = ["main"]
+__all__ = ["main", "render"]
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository when inside it (results never name a machine's paths)."""
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return path.name
-
-
-DATE = "2026-11-23"
 SIZES = (1, 64)
-
-
-def say(*parts: object) -> None:
-    """Progress on stdout (the bench's only output besides its files)."""
-    print(*parts, flush=True)  # noqa: T201
 
 
 # ----------------------------------------------------------------------------------------------
@@ -86,7 +82,7 @@ def say(*parts: object) -> None:
 class Config:
     """What one run measures; ``--quick`` shrinks it."""
 
-    dataset: str
+    plan: Plan
     step_s: float
     step_max_requests: int
     warmup_s: float
@@ -98,17 +94,17 @@ class Config:
     saturation_s: float = 8.0
     saturation_concurrency: int = 64
     overhead_requests: int = 400
-    # The default plan of `gnnaas generate` (rankings, axes, epochs) unless --quick says less.
-    rankings: tuple[str, ...] = ("greedy", "lasso")
-    epochs: int = 200
-    axes: tuple[str, ...] = ("features", "width", "fanouts", "precision")
-    profile_runs: int = 30
     client: str = "aiohttp"
     server_env: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def dataset(self) -> str:
+        """The plan's dataset."""
+        return self.plan.dataset
 
-FULL = Config(
-    dataset="synth-flickr",
+
+FULL_CONFIG = Config(
+    plan=FULL,
     step_s=6.0,
     step_max_requests=24_000,
     warmup_s=2.0,
@@ -116,8 +112,8 @@ FULL = Config(
     max_steps=18,
     slo_ms={1: 20.0, 64: 50.0},
 )
-QUICK = Config(
-    dataset="synth-flickr@0.2",
+QUICK_CONFIG = Config(
+    plan=QUICK,
     step_s=3.0,
     step_max_requests=8_000,
     warmup_s=1.0,
@@ -126,10 +122,6 @@ QUICK = Config(
     slo_ms={1: 20.0, 64: 50.0},
     saturation_s=4.0,
     overhead_requests=200,
-    rankings=("greedy",),
-    epochs=2,
-    axes=("features",),
-    profile_runs=5,
 )
 
 
@@ -243,239 +235,7 @@ def rate_grid(start: float, ratio: float, stop: float, max_steps: int) -> list[f
 
 
 # ----------------------------------------------------------------------------------------------
-# machine
-
-
-def _sh(cmd: Sequence[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU, memory, versions."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gb = math.nan
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem_gb = int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    import aiohttp
-    import torch
-    import uvicorn
-
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "mem_gb": round(mem_gb, 1),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "uvicorn": uvicorn.__version__,
-        "aiohttp": aiohttp.__version__,
-        "uvicorn_loop": _uvicorn_impls(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-
-
-def _uvicorn_impls() -> str:
-    import importlib.util
-
-    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
-    return f"{loop} + {http}"
-
-
-def load_snapshot() -> dict[str, Any]:
-    """Load average and the busiest processes right now."""
-    top = _sh(["top", "-bn1", "-o", "%CPU"]).splitlines()
-    procs = [line for line in top[7:12] if line.strip()]
-    return {"uptime": _sh(["uptime"]), "load": os.getloadavg(), "top": procs}
-
-
-# ----------------------------------------------------------------------------------------------
-# preparation
-
-
-def prepare(cfg: Config, workdir: Path, device: str) -> tuple[Path, Path]:
-    """Variants and profiles for ``cfg.dataset`` under ``workdir`` (reused when present).
-
-    The library calls of ``gnnaas prepare`` with the bench's own choice of rankings and epochs
-    (training every ranking of the full preset takes hours on 2 cores).
-    """
-    from gnnaas.data import load_dataset
-    from gnnaas.profiling.profiler import profile_dataset
-    from gnnaas.profiling.table import has_profiles
-    from gnnaas.variants.pipeline import generate_variants
-    from gnnaas.variants.repository import VariantRepository
-    from gnnaas.variants.training import TrainConfig
-
-    variants, profiles = workdir / "variants", workdir / "profiles"
-    threads = dict(cfg.server_env).get("GNNAAS_TORCH_THREADS")
-    if threads:  # profile as the server will run
-        import torch
-
-        torch.set_num_threads(int(threads))
-    say(
-        f"prepare: {cfg.dataset}, archs sage gin, rankings {' '.join(cfg.rankings)}, "
-        f"prune 1 2 4 8, axes {' '.join(cfg.axes)}, max {cfg.epochs} epochs, profile runs "
-        f"{cfg.profile_runs} -> {workdir}"
-    )
-    t0 = time.monotonic()
-    tty = sys.stderr.isatty()
-    store = load_dataset(cfg.dataset)
-    repo = VariantRepository(variants)
-    generate_variants(
-        store,
-        repo,
-        archs=("sage", "gin"),
-        rankings=cfg.rankings,
-        prunes=(1, 2, 4, 8),
-        config=TrainConfig(seed=0, max_epochs=cfg.epochs),
-        device=device,
-        force=False,
-        progress=tty,
-        axes=cfg.axes,
-    )
-    say(f"prepare: variants ready after {time.monotonic() - t0:.0f} s")
-    if not has_profiles(profiles / store.name, repo.list(store.name)):
-        profile_dataset(
-            store,
-            repo,
-            profiles,
-            batch_size=1024,
-            runs=cfg.profile_runs,
-            device=device,
-            progress=tty,
-        )
-    say(f"prepare: done in {time.monotonic() - t0:.0f} s")
-    return variants, profiles
-
-
-def test_nodes(dataset: str, workdir: Path) -> np.ndarray:
-    """The dataset's test node ids (cached in the workdir)."""
-    path = workdir / f"{dataset.replace('@', '_at_')}.test_idx.npy"
-    if path.exists():
-        return np.load(path)
-    from gnnaas.data import load_dataset
-
-    store = load_dataset(dataset)
-    idx = store.test_idx.numpy().astype(np.int64)
-    np.save(path, idx)
-    return idx
-
-
-def make_bodies(nodes: np.ndarray, size: int, count: int, seed: int) -> list[bytes]:
-    """``count`` request bodies of ``size`` random distinct test nodes."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(count):
-        pick = rng.choice(nodes, size=size, replace=False)
-        out.append(json.dumps({"nodes": [int(v) for v in pick]}).encode())
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# servers
-
-
-def serve_cmd(dataset: str, variants: Path, profiles: Path, port: int, device: str) -> list[str]:
-    """``gnnaas serve`` on 127.0.0.1:port."""
-    return [
-        sys.executable,
-        "-m",
-        "gnnaas.cli",
-        "serve",
-        "--variants",
-        str(variants),
-        "--profiles",
-        str(profiles),
-        "--dataset",
-        dataset,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--device",
-        device,
-    ]
-
-
-def trivial_cmd(port: int) -> list[str]:
-    """The trivial app on 127.0.0.1:port."""
-    return [sys.executable, str(REPO / "benchmarks" / "trivial_app.py"), "--port", str(port)]
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (all threads)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return math.nan
-
-
-def wait_idle(server: ServerProcess, dataset: str, timeout_s: float = 30.0) -> None:
-    """Waits (bounded) until no variant has queued nodes, so steps do not overlap."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            listing = server.get_json(f"/v1/datasets/{dataset}/variants")
-            if sum(v.get("queued_nodes", 0) for v in listing["variants"]) == 0:
-                time.sleep(0.3)
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-
-
-def variant_table(server: ServerProcess, dataset: str) -> list[dict[str, Any]]:
-    """Variants with profiled accuracy and service curve, from the server's own listing."""
-    listing = server.get_json(f"/v1/datasets/{dataset}/variants")["variants"]
-    out = []
-    for v in listing:
-        profile = v.get("profile") or {}
-        curve = {int(p["batch_size"]): float(p["e2e_ms"]) for p in profile.get("service_times", [])}
-        out.append(
-            {
-                "id": v["id"],
-                "prune": v["prune"],
-                "arch": v["arch"],
-                "ranking": v["ranking"],
-                "features_kept": v["features_kept"],
-                "accuracy": v["accuracy"],
-                "test_accuracy": v.get("test_accuracy"),
-                "routable": v["routable"],
-                "service_ms": curve,
-            }
-        )
-    return out
-
-
-def predict_ms(curve: dict[int, float], size: int) -> float:
-    """Profiled service time at ``size`` nodes (linear interpolation, as the policy does)."""
-    if not curve:
-        return math.nan
-    bs = sorted(curve)
-    if size <= bs[0]:
-        return curve[bs[0]]
-    for b0, b1 in zip(bs, bs[1:], strict=False):
-        if size <= b1:
-            return curve[b0] + (curve[b1] - curve[b0]) * (size - b0) / (b1 - b0)
-    if len(bs) == 1:
-        return curve[bs[0]] * size / bs[0]
-    b0, b1 = bs[-2], bs[-1]
-    return curve[b1] + (curve[b1] - curve[b0]) * (size - b1) / (b1 - b0)
+# policies
 
 
 def policies(variants: list[dict[str, Any]], size: int, cfg: Config) -> list[Policy]:
@@ -554,9 +314,9 @@ def sweep(
         spec = StepSpec(
             rate, cfg.step_s, min(cfg.step_max_requests, int(rate * cfg.step_s) + 100), seed=i
         )
-        cpu0 = _proc_cpu_s(server_pid)
+        cpu0 = proc_cpu_s(server_pid)
         result = asyncio.run(run_step(url, bodies, headers, spec, client=cfg.client))
-        cpu = _proc_cpu_s(server_pid) - cpu0
+        cpu = proc_cpu_s(server_pid) - cpu0
         step = _step(result, policy, size, slo, accuracy, cpu)
         steps.append(step)
         say(
@@ -588,38 +348,7 @@ def saturation(url: str, bodies: list[bytes], headers: dict[str, str], cfg: Conf
         "rejected": s["rejected"],
         "errors": s["errors"],
         "sent": res.sent,
-        "compute_p50_ms": _p([t.get("compute", math.nan) for t in timings], 50),
-    }
-
-
-def _p(values: Sequence[float], q: float) -> float:
-    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    return float(np.percentile(arr, q)) if arr.size else math.nan
-
-
-def overhead(
-    url: str, bodies: list[bytes], headers: dict[str, str], cfg: Config
-) -> dict[str, float]:
-    """Server time minus executor time for single-node requests at a low rate (no merging)."""
-    rate = 40.0
-    spec = StepSpec(rate, cfg.overhead_requests / rate, cfg.overhead_requests, keep_bodies=True)
-    res = asyncio.run(run_step(url, bodies, headers, spec, client=cfg.client))
-    total, execu, queue, diff = [], [], [], []
-    for b in res.bodies:
-        t = b["timing_ms"]
-        e = t["sample"] + t["gather"] + t["compute"]
-        total.append(t["total"])
-        execu.append(e)
-        queue.append(t["queue"])
-        diff.append(t["total"] - e)
-    return {
-        "requests": float(len(total)),
-        "server_total_p50_ms": _p(total, 50),
-        "executor_p50_ms": _p(execu, 50),
-        "queue_p50_ms": _p(queue, 50),
-        "overhead_p50_ms": _p(total, 50) - _p(execu, 50),
-        "overhead_per_request_p50_ms": _p(diff, 50),
-        "client_p50_ms": res.percentile(50),
+        "compute_p50_ms": percentile([t.get("compute", math.nan) for t in timings], 50),
     }
 
 
@@ -709,7 +438,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     m = results["machine"]
     fig.suptitle(
         f"gnnaas router on {results['dataset']}: p99 latency vs offered load "
-        f"({m['cores']}-core CPU shared by client and server; {DATE})",
+        f"({m['cores']}-core CPU shared by client and server; {results['date'][:10]})",
         fontsize=11,
     )
     fig.tight_layout()
@@ -818,8 +547,8 @@ def _step_table(steps: list[Step], labels: dict[str, str]) -> list[str]:
     return lines
 
 
-def write_markdown(results: dict[str, Any], path: Path, png: Path) -> None:
-    """``router.md``."""
+def render(results: dict[str, Any]) -> str:
+    """``router.md`` from a run's results (its plot: ``router.png`` beside it)."""
     m = results["machine"]
     steps = [Step(**s) for s in results["steps"]]
     ceiling = [Step(**s) for s in results["ceiling"]]
@@ -827,7 +556,8 @@ def write_markdown(results: dict[str, Any], path: Path, png: Path) -> None:
     lines = [
         f"# Router under HTTP load: {results['dataset']}",
         "",
-        f"Date: {DATE}. Machine: {m['cores']}-core {m['cpu']}, {m['mem_gb']} GB RAM, "
+        f"Date: {results['date'][:10]}. Machine: {m['cores']}-core {m['cpu']}, "
+        f"{m['mem_gb']} GB RAM, "
         f"GPU: {m['gpu'] or 'none'}; Python {m['python']}, torch {m['torch']} "
         f"({m['torch_threads']} intra-op threads), uvicorn {m['uvicorn']} ({m['uvicorn_loop']}), "
         f"aiohttp {m['aiohttp']}. Load generator client: {results['config']['client']}. "
@@ -841,7 +571,7 @@ def write_markdown(results: dict[str, Any], path: Path, png: Path) -> None:
         "same run so the router's figures can be read against it.",
         "",
         f"Machine load before the run: `{results['load_before']['uptime']}`; after: "
-        f"`{results['load_after']['uptime']}`. {results['busy_note']}",
+        f"`{results['load_after']['uptime']}`. {busy_note(results['load_before'])}",
         "",
         "Commands:",
         "",
@@ -872,7 +602,7 @@ def write_markdown(results: dict[str, Any], path: Path, png: Path) -> None:
         f"achieved ≥ 90% of the offered rate; rates rise by ×{results['config']['rate_ratio']:g} "
         "per step, so ratios are resolved to that factor.",
         "",
-        f"![p99 latency vs offered load]({png.name})",
+        "![p99 latency vs offered load](router.png)",
         "",
         "## Sustained rate per policy",
         "",
@@ -962,480 +692,16 @@ def write_markdown(results: dict[str, Any], path: Path, png: Path) -> None:
         )
     if results.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]]
-    if results.get("findings"):
-        lines += ["", "## Findings", "", results["findings"].strip()]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------
-# where time goes (--layers)
-
-LAYERS = (
-    "HTTP + parsing",
-    "policy",
-    "queue (batcher)",
-    "sampling",
-    "gather",
-    "forward",
-    "serialization",
-    "metrics",
-    "event loop",
-    "thread hand-off",
-    "other",
-)
-
-# What would cut each layer, quoted for the top three.
-REMEDIES = {
-    "HTTP + parsing": "uvicorn's HTTP/1.1 parsing and writing and Starlette/FastAPI dispatch "
-    "(with uvloop + httptools when installed, as gnnaas requires; with the pure-Python h11 and "
-    "the asyncio loop otherwise). The body is read twice (the body-limit middleware buffers it, "
-    "then FastAPI parses it into a pydantic model with `list[StrictInt]`); a route that reads "
-    "`await request.body()` and parses with `json.loads` + one `torch.tensor` would skip a "
-    "validation pass. Beyond one process: more uvicorn workers (`--workers`) on more cores, "
-    "each with its own variants.",
-    "policy": "`select_variant` scores every routable variant and the router's backlog walks "
-    "every variant's batcher on every request; cache the backlog per event-loop tick "
-    "(or per millisecond) and precompute the within-tolerance candidate lists per tolerance.",
-    "queue (batcher)": "one asyncio future, one queue put/get and a thread hand-off "
-    "(`run_in_executor`) per request and batch; a lower cost needs fewer hops, e.g. collecting "
-    "directly into a list guarded by an Event instead of an `asyncio.Queue`.",
-    "sampling": "the consistent k-hop sampler hashes (node, hop, seed) per edge candidate; "
-    "caching sampled neighborhoods of hot nodes, or a native (C++/pyg-lib) sampler, cuts it.",
-    "gather": "`index_select` of the kept columns for every sampled node; pruned variants already "
-    "shrink it 2–8×; a float16/bfloat16 feature copy halves it again.",
-    "forward": "two SAGE/GIN layers over the sampled blocks; fewer hidden channels, pruned "
-    "variants (the router's own lever), or bfloat16/oneDNN fused kernels on CPU.",
-    "serialization": "`tolist()` of the predictions and `json.dumps` of the payload; `orjson` "
-    "would cut it several-fold.",
-    "metrics": "Prometheus counters and histograms per request (five stage histograms); "
-    "recording per batch instead of per request, or fewer label lookups (cache the labelled "
-    "children), cuts it.",
-    "event loop": "the event loop's own work (uvloop when installed).",
-    "thread hand-off": "the worker thread waking up for each batch; unavoidable per batch, "
-    "amortized by batching.",
-    "other": "unattributed.",
-}
-
-
-def _frame(frame: str) -> tuple[str, str, int]:
-    """``'func (path/file.py:12)'`` -> (func, path, line)."""
-    if frame.endswith(")") and " (" in frame:
-        func, rest = frame[:-1].rsplit(" (", 1)
-        path, _, line = rest.rpartition(":")
-        try:
-            return func, path, int(line)
-        except ValueError:
-            return func, rest, 0
-    return frame, "", 0
-
-
-class _Source:
-    """Source lines of gnnaas files, to classify frames by the statement they run."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, list[str]] = {}
-
-    def line(self, path: str, lineno: int) -> str:
-        key = path[path.find("gnnaas/") :] if "gnnaas/" in path else path
-        if key not in self._cache:
-            try:
-                self._cache[key] = (REPO / key).read_text().splitlines()
-            except OSError:
-                self._cache[key] = []
-        lines = self._cache[key]
-        return lines[lineno - 1] if 0 < lineno <= len(lines) else ""
-
-
-_POLICY_FUNCS = (
-    "select",
-    "load_snapshot",
-    "wait_ms",
-    "select_variant",
-    "candidates_within",
-    "predict",
-    "scaled",
-)
-
-
-def classify(stack: list[str], source: _Source) -> str:
-    """The layer of one sampled stack (root first), decided by its innermost known frame."""
-    for raw in reversed(stack):
-        func, path, line = _frame(raw)
-        name = func.rsplit(".", 1)[-1]
-        if "gnnaas/sampling/" in path:
-            return "sampling"
-        if "gnnaas/models/" in path or "torch/nn/" in path or "torch_geometric/" in path:
-            return "forward"
-        if path.endswith(("gnnaas/inference/executor.py", "gnnaas/inference/path.py")):
-            text = source.line(path, line)
-            if "sample" in text or "unique" in text or "torch.cat" in text:
-                return "sampling"
-            if "index_select" in text or ".to(" in text or "_sync" in text:
-                return "gather"
-            if "tolist" in text or "ExecResult" in text or "append" in text:
-                return "serialization"
-            return "forward"
-        if path.endswith("gnnaas/serving/core/policy.py"):
-            return "policy"
-        if path.endswith("gnnaas/serving/core/router.py"):
-            if name in _POLICY_FUNCS and name != "predict":
-                return "policy"
-            if name == "_on_batch":
-                return "metrics"
-            if "select(" in source.line(path, line):
-                return "policy"
-            return "queue (batcher)"
-        if path.endswith("gnnaas/serving/core/batcher.py"):
-            return "queue (batcher)"
-        if path.endswith("gnnaas/serving/core/metrics.py") or "prometheus_client/" in path:
-            return "metrics"
-        if path.endswith("routes/predict.py"):
-            text = source.line(path, line)
-            if "json.dumps" in text or "Response(" in text or "describe()" in text:
-                return "serialization"
-            if "metrics." in text:
-                return "metrics"
-            return "HTTP + parsing"
-        if "/gnnaas/serving/" in path or path.startswith("gnnaas/serving/"):
-            return "HTTP + parsing"
-        if any(
-            k in path
-            for k in (
-                "pydantic",
-                "fastapi/",
-                "starlette/",
-                "uvicorn/",
-                "h11/",
-                "httptools",
-                "anyio/",
-            )
-        ):
-            return "HTTP + parsing"
-        if "concurrent/futures" in path or path.endswith("threading.py"):
-            return "thread hand-off"
-    if any("asyncio/" in f for f in stack):
-        return "event loop"
-    return "other"
-
-
-def read_pyspy(path: Path) -> list[tuple[list[str], int]]:
-    """Collapsed stacks of py-spy's ``--format raw``: (frames root first, count)."""
-    out = []
-    for line in path.read_text().splitlines():
-        head, _, count = line.rpartition(" ")
-        if not head or not count.isdigit():
-            continue
-        frames = head.split(";")
-        if frames and frames[0].startswith(("thread (", "process ")):
-            frames = frames[1:]
-        out.append((frames, int(count)))
-    return out
-
-
-def _pyspy() -> str | None:
-    exe = Path(sys.executable).parent / "py-spy"
-    return str(exe) if exe.exists() else shutil.which("py-spy")
-
-
-def layer_pass(
-    srv: ServerProcess,
-    url: str,
-    bodies: list[bytes],
-    headers: dict[str, str],
-    rate: float,
-    duration_s: float,
-    workdir: Path,
-    tag: str,
-    client: str = "aiohttp",
-) -> dict[str, Any]:
-    """One step without and one with py-spy attached; stage times and CPU by layer."""
-    warm = StepSpec(rate, 1.5, 5000, seed=98)
-    asyncio.run(run_step(url, bodies, headers, warm, client=client))
-    time.sleep(0.5)
-    cpu0 = _proc_cpu_s(srv.pid)
-    spec = StepSpec(rate, duration_s, int(rate * duration_s) + 100, seed=7, keep_bodies=True)
-    res = asyncio.run(run_step(url, bodies, headers, spec, client=client))
-    cpu1 = _proc_cpu_s(srv.pid)
-    ok = int(res.ok.sum())
-    timings = [b["timing_ms"] for b in res.bodies]
-    wall: dict[str, float] = {}
-    for key in ("queue", "sample", "gather", "compute", "total"):
-        wall[key] = _p([t[key] for t in timings], 50)
-        wall[key + "_mean"] = float(np.mean([t[key] for t in timings])) if timings else math.nan
-    wall["client"] = res.percentile(50)
-    wall["client_mean"] = float(np.mean(res.latency_ms[res.ok])) if ok else math.nan
-    wall["client_p99"] = res.percentile(99)
-    out: dict[str, Any] = {
-        "rate": rate,
-        "requests": ok,
-        "throughput_rps": res.throughput_rps,
-        "server_cpu_ms_per_request": 1e3 * (cpu1 - cpu0) / max(ok, 1),
-        "wall": wall,
-        "profiler": None,
-    }
-    spy = _pyspy()
-    if spy is None:
-        out["profiler_note"] = "py-spy not installed (pip install py-spy); CPU split skipped"
-        return out
-    raw = workdir / f"pyspy-{tag}.txt"
-    hz = 200
-    time.sleep(0.5)
-    # --gil: one stack per sample, from the thread holding the GIL, i.e. Python-level CPU time;
-    # work that releases the GIL (torch kernels, OpenMP workers) is what /proc shows beyond it.
-    cmd = [
-        spy, "record", "--pid", str(srv.pid), "--duration", f"{math.ceil(duration_s)}",
-        "--rate", str(hz), "--gil", "--nonblocking", "--threads", "--format", "raw",
-        "--output", str(raw),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        time.sleep(0.3)
-        cpu0 = _proc_cpu_s(srv.pid)
-        res = asyncio.run(run_step(url, bodies, headers, spec, client=client))
-        cpu1 = _proc_cpu_s(srv.pid)
-        log, _ = proc.communicate(timeout=duration_s + 30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-    if not raw.exists():
-        out["profiler_note"] = f"py-spy failed: {log[-500:]}"
-        return out
-    counts = dict.fromkeys(LAYERS, 0)
-    source = _Source()
-    for frames, n in read_pyspy(raw):
-        counts[classify(frames, source)] += n
-    samples = errors = 0
-    for token in log.replace(":", " ").split("Samples")[-1:]:
-        words = token.split()
-        try:
-            samples, errors = int(words[0]), int(words[words.index("Errors") + 1])
-        except (ValueError, IndexError):
-            pass
-    ok = int(res.ok.sum())
-    scale = (1 + errors / samples) if samples else 1.0
-    out["profiler"] = {
-        "tool": f"py-spy record --gil --nonblocking --rate {hz}",
-        "thread_samples": sum(counts.values()),
-        "samples": samples,
-        "errors": errors,
-        "counts": counts,
-        "cpu_ms_per_request": {k: 1e3 * n / hz * scale / max(ok, 1) for k, n in counts.items()},
-        "server_cpu_ms_per_request": 1e3 * (cpu1 - cpu0) / max(ok, 1),
-        "throughput_rps": res.throughput_rps,
-        "raw": _shown(raw),
-    }
-    return out
-
-
-def _decompose(d: dict[str, Any]) -> dict[str, float]:
-    """Mean wall ms per request by layer, adding up to the mean client latency.
-
-    Stage clocks give queue/sample/gather/compute; the server's ``total`` runs from the ASGI
-    middleware to just before metrics and serialization, so ``total`` minus the stages is parsing
-    + policy + hand-offs, and client minus ``total`` is HTTP both ways + metrics + serialization
-    + the client. Policy, metrics and serialization are pure Python on the event loop: their GIL
-    time stands for their wall time and is taken out of the row that holds them.
-    """
-    w = d["wall"]
-    prof = d.get("profiler") or {}
-    gil = prof.get("cpu_ms_per_request", {})
-    policy = gil.get("policy", 0.0)
-    serialization = gil.get("serialization", 0.0)
-    metrics = gil.get("metrics", 0.0)
-    stages = sum(w[k + "_mean"] for k in ("queue", "sample", "gather", "compute"))
-    return {
-        "HTTP + parsing": w["client_mean"]
-        - w["total_mean"]
-        - serialization
-        - metrics
-        + max(w["total_mean"] - stages - policy, 0.0),
-        "policy": policy,
-        "queue (batcher)": w["queue_mean"],
-        "sampling": w["sample_mean"],
-        "gather": w["gather_mean"],
-        "forward": w["compute_mean"],
-        "serialization": serialization,
-        "metrics": metrics,
-    }
-
-
-def write_layers(
-    layers: dict[str, Any], machine: dict[str, Any], dataset: str, path: Path, command: str
-) -> None:
-    """``router-layers.md``."""
-    lines = [
-        f"# Where time goes: one request through the router ({dataset})",
-        "",
-        f"Date: {DATE}. Machine: {machine['cores']}-core {machine['cpu']}, no GPU; uvicorn "
-        f"({machine['uvicorn_loop']}), torch {machine['torch']} with {machine['torch_threads']} "
-        "intra-op threads. Client and server share the cores. Policy: router at tolerance 2 "
-        "points; open-loop Poisson load at about half the rate that policy sustains.",
-        "",
-        "```",
-        command,
-        "```",
-        "",
-        "Two sources. **Wall time** per request comes from the server's own stage clocks "
-        "(`timing_ms` in the body: queue, sample, gather, compute, total) and the client's clock, "
-        "as means so that the rows add up to the mean client latency; sample, gather and compute "
-        "are those of the *batch* that served the request, shared by every request merged into "
-        "it. The server's `total` runs from the ASGI middleware to just before metrics and "
-        "serialization, so 'HTTP + parsing' = (client − total) + (total − stages − policy): "
-        "uvicorn's h11 parsing and writing, Starlette/FastAPI dispatch, body and header "
-        "validation, the event loop's own delays, loopback and the client. **GIL time** per "
-        "request comes from py-spy (`--gil`) sampling whichever server thread holds the GIL while "
-        "the same load runs, each stack classified by its innermost gnnaas/library frame: the "
-        "Python-level CPU of each layer, all of it on one lock shared by the event loop and the "
-        "executor threads. Policy, metrics and serialization are pure Python on the event loop, "
-        "so their GIL time stands for their wall time. The server's total CPU per request is "
-        "read from `/proc`; what is not GIL time ran outside the GIL (torch kernels and their "
-        "OpenMP worker, socket system calls).",
-        "",
-    ]
-    for size, d in layers.items():
-        w = d["wall"]
-        prof = d.get("profiler")
-        wall = _decompose(d)
-        client = w["client_mean"]
-        lines += [
-            f"## {size} node{'s' if int(size) > 1 else ''} per request at {d['rate']:g} req/s",
-            "",
-            f"Achieved {d['throughput_rps']:.0f} req/s over {d['requests']} requests; client "
-            f"latency mean {client:.2f} ms, p50 {w['client']:.2f} ms, p99 {w['client_p99']:.2f} "
-            f"ms; server CPU {d['server_cpu_ms_per_request']:.3f} ms per request (all threads).",
-            "",
-            "| layer | wall ms per request, mean (share) | p50 | GIL held, ms per request | "
-            "share of GIL time |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        p50 = {
-            "queue (batcher)": w["queue"],
-            "sampling": w["sample"],
-            "gather": w["gather"],
-            "forward": w["compute"],
-        }
-        gil_total = sum(prof["counts"].values()) if prof else 0
-        for layer in LAYERS:
-            if layer in wall:
-                ms = wall[layer]
-                wall_cell = f"{ms:.3f} ({100 * ms / client:.0f}%)" if client > 0 else "–"
-            else:
-                wall_cell = ""
-            p50_cell = f"{p50[layer]:.3f}" if layer in p50 else ""
-            if prof:
-                n = prof["counts"][layer]
-                if layer not in wall and n == 0:
-                    continue
-                gil_cell = f"{prof['cpu_ms_per_request'][layer]:.3f}"
-                share_cell = f"{100 * n / max(gil_total, 1):.1f}%"
-            else:
-                gil_cell = share_cell = "–"
-            lines.append(f"| {layer} | {wall_cell} | {p50_cell} | {gil_cell} | {share_cell} |")
-        if prof:
-            gil_ms = sum(prof["cpu_ms_per_request"].values())
-            lines.append(
-                "| *outside the GIL (torch kernels, OpenMP worker, syscalls)* | | | "
-                f"{prof['server_cpu_ms_per_request'] - gil_ms:.3f} (CPU) | |"
-            )
-        lines.append(
-            f"| **total** | {client:.3f} (client) | {w['client']:.3f} | "
-            + (f"{prof['server_cpu_ms_per_request']:.3f} (server CPU)" if prof else "–")
-            + " | |"
-        )
-        top = sorted(wall, key=lambda k: -wall[k])[:3]
-        lines += ["", "Top three costs (mean wall time per request) and what would cut them:", ""]
-        for i, k in enumerate(top, 1):
-            gil_note = ""
-            if prof and prof["counts"].get(k):
-                gil_note = f"; {prof['cpu_ms_per_request'][k]:.3f} ms of it holds the GIL"
-            lines.append(f"{i}. **{k}** — {wall[k]:.3f} ms/request{gil_note}. {REMEDIES[k]}")
-        if prof:
-            lines += [
-                "",
-                f"Profiler: {prof['tool']}, {prof['thread_samples']} GIL-holder samples "
-                f"({prof['errors']} of {prof['samples'] + prof['errors']} sampling attempts "
-                "failed and are scaled back in); under the profiler the step achieved "
-                f"{prof['throughput_rps']:.0f} req/s. Raw stacks: `{prof['raw']}`.",
-            ]
-        elif d.get("profiler_note"):
-            lines += ["", d["profiler_note"]]
-        lines.append("")
-    path.write_text("\n".join(lines) + "\n")
-
-
-def run_layers(args: argparse.Namespace, cfg: Config, out: Path) -> None:
-    """The where-time-goes pass: one server, router at tolerance 2, both request sizes."""
-    workdir = Path(args.workdir).resolve()
-    command = "python benchmarks/bench_router.py " + " ".join(sys.argv[1:])
-    if args.replot:
-        layers = json.loads((workdir / "router-layers.json").read_text())
-        write_layers(layers, machine_info(), cfg.dataset, out / "router-layers.md", command)
-        return
-    variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
-    nodes = test_nodes(cfg.dataset, workdir)
-    raw = workdir / ("router-quick.json" if args.quick else "router.json")
-    previous = json.loads(raw.read_text()) if raw.exists() else None
-    duration = 4.0 if args.quick else 8.0
-    layers: dict[str, Any] = {}
-    port = free_port()
-    cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
-    env = dict(cfg.server_env)
-    with ServerProcess(cmd, port, workdir / "logs" / "serve-layers.log", env=env) as srv:
-        url = f"{srv.base_url}/v1/datasets/{cfg.dataset}/predict"
-        variants = variant_table(srv, cfg.dataset)
-        base = max((v for v in variants if v["accuracy"] is not None), key=lambda v: v["accuracy"])
-        for size in SIZES:
-            rate = 100.0 if size == 1 else max(5.0, 0.25e3 / predict_ms(base["service_ms"], size))
-            if previous:
-                group = by_policy([Step(**s) for s in previous["steps"]], size).get(
-                    "router-tol2", []
-                )
-                sustained = sustained_rate(group, previous["slo_ms"][str(size)])
-                if sustained > 0:
-                    rate = _nice(0.5 * sustained)
-            headers = {"X-Accuracy-Tolerance": "2"}
-            bodies = make_bodies(nodes, size, 2048, seed=size)
-            wait_idle(srv, cfg.dataset)
-            layers[str(size)] = layer_pass(
-                srv, url, bodies, headers, rate, duration, workdir, f"{size}", cfg.client
-            )
-            say(f"layers size {size}: {json.dumps(layers[str(size)], default=str)[:600]}")
-    (workdir / "router-layers.json").write_text(json.dumps(layers, indent=1))
-    write_layers(layers, machine_info(), cfg.dataset, out / "router-layers.md", command)
-    say(f"wrote {out / 'router-layers.md'}")
-
-
-# ----------------------------------------------------------------------------------------------
-# main
-
-
-def _busy_note(before: dict[str, Any]) -> str:
-    """Whether the machine was otherwise idle when the run started, from ``before``'s snapshot."""
-    b = before["load"][0]
-    cpu = []
-    for line in before.get("top", [])[:3]:
-        fields = line.split(None, 11)
-        try:
-            cpu.append((float(fields[8]), fields[-1]))
-        except (IndexError, ValueError):
-            continue
-    busiest = max(cpu, default=(0.0, ""))
-    if b < 1.0 and busiest[0] < 25.0:
-        return (
-            f"The machine was otherwise idle when the run started (1-min load {b:.2f}, "
-            f"no process above {busiest[0]:.0f}% CPU)."
-        )
-    top = "; ".join(f"{name} {pct:.0f}%" for pct, name in cpu)
-    return (
-        f"**The machine was otherwise busy when the run started** (1-min load {b:.2f}; top: "
-        f"{top}); figures are lower than on an idle machine."
-    )
+# run
 
 
 def make_config(args: argparse.Namespace) -> Config:
     """The preset (full or quick) with the command line's overrides."""
-    cfg = QUICK if args.quick else FULL
+    cfg = QUICK_CONFIG if args.quick else FULL_CONFIG
     # Client and server share the cores: one torch thread keeps the server from stalling itself.
     env = [] if args.server_env else [("GNNAAS_TORCH_THREADS", "1")]
     for item in args.server_env:
@@ -1443,16 +709,15 @@ def make_config(args: argparse.Namespace) -> Config:
         if not sep or not key:
             raise SystemExit(f"--server-env takes KEY=VALUE (got {item!r})")
         env.append((key, value))
-    return Config(
-        **{
-            **cfg.__dict__,
-            "dataset": args.dataset or cfg.dataset,
-            "client": args.client,
-            "server_env": tuple(env),
-            "epochs": args.epochs or cfg.epochs,
-            "rankings": tuple(args.rankings or cfg.rankings),
-        }
+    threads = dict(env).get("GNNAAS_TORCH_THREADS")
+    plan = dataclasses.replace(
+        cfg.plan,
+        dataset=args.dataset or cfg.plan.dataset,
+        epochs=args.epochs or cfg.plan.epochs,
+        rankings=tuple(args.rankings or cfg.plan.rankings),
+        threads=int(threads) if threads else None,  # profile as the server will run
     )
+    return dataclasses.replace(cfg, plan=plan, client=args.client, server_env=tuple(env))
 
 
 def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
@@ -1461,27 +726,30 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     logs = workdir / "logs"
     t_start = time.monotonic()
+    config = dataclasses.asdict(cfg)
+    del config["slo_ms"]
     results: dict[str, Any] = {
         "dataset": cfg.dataset,
+        "date": utc_now(),
         "device": args.device,
         "machine": machine_info(),
         "load_before": load_snapshot(),
-        "config": {k: v for k, v in cfg.__dict__.items() if k != "slo_ms"},
+        "config": config,
         "slo_ms": {str(k): v for k, v in cfg.slo_ms.items()},
-        "commands": [
-            "python benchmarks/bench_router.py " + " ".join(sys.argv[1:]),
-        ],
+        "commands": [command_line("bench_router.py")],
         "notes": [],
     }
     say(f"machine: {results['machine']}")
     say(f"load: {results['load_before']['uptime']}")
 
-    variants_dir, profiles_dir = prepare(cfg, workdir, args.device)
+    variants_dir, profiles_dir = prepare(cfg.plan, workdir, args.device)
     rel = os.path.relpath(workdir, REPO)
+    plan = cfg.plan
     results["commands"] += [
         f"# prepare (library calls of `gnnaas prepare`): archs sage gin, rankings "
-        f"{' '.join(cfg.rankings)}, prune 1 2 4 8, max {cfg.epochs} epochs, "
-        f"{cfg.profile_runs} profile runs -> {rel}/variants, {rel}/profiles",
+        f"{' '.join(plan.rankings)}, prune 1 2 4 8, axes {' '.join(plan.axes)}, max "
+        f"{plan.epochs} epochs, {plan.profile_runs} profile runs -> {rel}/variants, "
+        f"{rel}/profiles",
         f"# servers: gnnaas serve --variants {rel}/variants --profiles {rel}/profiles "
         f"--dataset {cfg.dataset} --host 127.0.0.1 --port <free> --device {args.device}",
         "#          (batching off: the same with GNNAAS_MAX_BATCH_NODES=1)",
@@ -1561,7 +829,9 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
         results["overhead"] = {}
         for name in ("static-accurate", "router-tol2"):
             idle()
-            results["overhead"][name] = overhead(url, bodies[1], pols[name].headers, cfg)
+            results["overhead"][name] = overhead(
+                url, bodies[1], pols[name].headers, cfg.overhead_requests, cfg.client
+            )
             say(f"overhead {name}: {results['overhead'][name]}")
         idle()
         on = saturation(url, bodies[1], pols["static-accurate"].headers, cfg)
@@ -1594,7 +864,6 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
     results["batching"] = {"on": on, "off": off}
 
     results["load_after"] = load_snapshot()
-    results["busy_note"] = _busy_note(results["load_before"])
     results["wall_s"] = time.monotonic() - t_start
     return results
 
@@ -1679,11 +948,11 @@ def say_order(results: dict[str, Any], reference: Path | None) -> None:
     expected = json.loads(reference.read_text())
     missing = compare_order(expected, results)
     if missing:
-        say(f"ordering of {_shown(reference)}: NOT reproduced")
+        say(f"ordering of {shown(reference)}: NOT reproduced")
         for line in missing:
             say(f"  {line}")
     else:
-        say(f"ordering of {_shown(reference)}: reproduced ({len(expected['pairs'])} clear pairs)")
+        say(f"ordering of {shown(reference)}: reproduced ({len(expected['pairs'])} clear pairs)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1696,19 +965,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument(
-        "--epochs", type=int, help="max training epochs of each variant (default: 4, quick: 2)"
+        "--epochs", type=int, help="max training epochs of each variant (default: 200, quick: 2)"
     )
     parser.add_argument(
-        "--rankings", nargs="+", help="feature rankings to generate (default: greedy)"
+        "--rankings",
+        nargs="+",
+        help="feature rankings to generate (default: greedy lasso, quick: greedy)",
     )
     parser.add_argument(
         "--prepare-only", action="store_true", help="only generate and profile the variants"
     )
     parser.add_argument(
         "--out", help="results folder (default: benchmarks/results, quick: <workdir>/results)"
-    )
-    parser.add_argument(
-        "--layers", action="store_true", help="also profile the server and write router-layers.md"
     )
     parser.add_argument(
         "--client",
@@ -1725,56 +993,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "default: GNNAAS_TORCH_THREADS=1)",
     )
     parser.add_argument(
-        "--replot",
-        action="store_true",
-        help="rewrite router.md and router.png from the last run's JSON in the workdir",
-    )
-    parser.add_argument(
-        "--findings",
-        metavar="FILE",
-        help="with --replot: markdown appended to router.md as 'Findings' (kept in the JSON)",
-    )
-    parser.add_argument(
-        "--layers-only",
-        action="store_true",
-        help="only the where-time-goes pass (reuses the workdir)",
+        "--render",
+        metavar="JSON",
+        help="only rewrite router.md and router.png beside a router.json of a run",
     )
     args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        plot(json.loads(Path(args.render).read_text()), Path(args.render).with_suffix(".png"))
+        return 0
     os.chdir(REPO)
     workdir = Path(args.workdir).resolve()
-    out = (
-        Path(args.out)
-        if args.out
-        else (workdir / "results" if args.quick else REPO / "benchmarks" / "results")
-    )
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else (workdir / "results" if args.quick else RESULTS)
     cfg = make_config(args)
     if args.prepare_only:
-        prepare(cfg, workdir, args.device)
+        prepare(cfg.plan, workdir, args.device)
         return 0
-    if not args.layers_only:
-        raw = workdir / ("router-quick.json" if args.quick else "router.json")
-        if args.replot:
-            results = json.loads(raw.read_text())
-            results["busy_note"] = _busy_note(results["load_before"])
-            if args.findings:
-                results["findings"] = Path(args.findings).read_text()
-                raw.write_text(json.dumps(results, indent=1, default=str))
-        else:
-            results = run(args, cfg)
-            raw.write_text(json.dumps(results, indent=1, default=str))
-        png = out / "router.png"
-        plot(results, png)
-        write_markdown(results, out / "router.md", png)
-        say(f"wrote {out / 'router.md'}, {png}, {raw}")
-        for t in targets(results):
-            say(" | ".join(t))
-        record = out / "router-order.json"
-        reference = REPO / "benchmarks" / "results" / "router-order.json"
-        record.write_text(json.dumps(order_record(results), indent=1) + "\n")
-        say_order(results, None if record.resolve() == reference.resolve() else reference)
-    if args.layers or args.layers_only:
-        run_layers(args, cfg, out)
+    results = run(args, cfg)
+    save_results("router", results, render, out)
+    plot(results, out / "router.png")
+    for t in targets(results):
+        say(" | ".join(t))
+    record = out / "router-order.json"
+    reference = RESULTS / "router-order.json"
+    record.write_text(json.dumps(order_record(results), indent=1) + "\n")
+    say_order(results, None if record.resolve() == reference.resolve() else reference)
     return 0
 
 

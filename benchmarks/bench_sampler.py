@@ -11,6 +11,11 @@ which stays meaningful when other processes share the cores. Graphs come from
 ``--synthetic-only``) from a Chung-Lu power-law graph built here with the preset's node and edge
 counts.
 
+Every case is measured ``--repeats`` times (the graphs loaded once); the page gives the median and
+the range. Writes ``sampler.json`` and ``sampler.md`` rendered from it (full run:
+``benchmarks/results/``; ``--quick``: ``<workdir>/results/`` unless ``--out`` says otherwise);
+``--render sampler.json`` rewrites the page from a saved run.
+
 Usage::
 
     python benchmarks/bench_sampler.py            # full run
@@ -20,16 +25,20 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gnnaas.sampling import DepthSampler, NeighborSampler, fastpath
 
-from gnnaas.sampling import DepthSampler, NeighborSampler, fastpath  # noqa: E402
+from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
+
+__all__ = ["main", "render"]
 
 MODES = ("random", "consistent", "depth", "depth-torch")
 
@@ -122,6 +131,68 @@ def bench_case(
     }
 
 
+def _spread(values: list[float], scale: float = 1.0, fmt: str = ".2f") -> str:
+    """``median (min–max)`` of ``values / scale``; the value alone for one repeat."""
+    vals = [v / scale for v in values]
+    if len(vals) == 1:
+        return format(vals[0], fmt)
+    return (
+        f"{format(statistics.median(vals), fmt)} "
+        f"({format(min(vals), fmt)}–{format(max(vals), fmt)})"
+    )
+
+
+def render(results: dict[str, Any]) -> str:
+    """``sampler.md`` from a run's results."""
+    m, a = results["machine"], results["args"]
+    repeats = a["repeats"]
+    lines = [
+        "# Sampler throughput",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gb']} GB; torch {m['torch']} "
+        f"({results['torch_threads']} thread), Python {m['python']}; compiled depth kernel "
+        f"{'on' if results['compiled_kernel'] else 'unavailable (numba missing)'}. Date: "
+        f"{results['date'][:10]}; load average before the run "
+        + " / ".join(f"{v:.2f}" for v in results["load_before"])
+        + f". Command: `{results['command']}`.",
+        "",
+        f"Batches of {a['batch_size']:,} random seeds, fanouts {tuple(a['fanouts'])}, "
+        f"{results['iters']} timed batches after {results['warmup']} warm-up per case; "
+        + (f"median (min–max) of {repeats} repeats. " if repeats > 1 else "one repeat. ")
+        + "*Thread CPU* divides by the sampling thread's own CPU time (`time.thread_time()`), "
+        "which other processes sharing the cores do not inflate; *wall* by the wall clock. "
+        "`depth` is the serving sampler (`DepthSampler`, compiled kernel), `depth-torch` the same "
+        "sampler on its torch path (`GNNAAS_FAST_SAMPLER=0`), `random` and `consistent` are "
+        "`NeighborSampler` (training, and the `shared` serving mode).",
+    ]
+    for g in results["graphs"]:
+        lines += [
+            "",
+            f"## synth-{g['preset']}: {g['num_nodes']:,} nodes, {g['num_edges']:,} edges",
+            "",
+            f"From {g['source']} ({g['load_s']:.1f} s).",
+            "",
+            "| mode | M edges/s, thread CPU | M edges/s, wall | batches/s | p50 ms | p95 ms "
+            "| edges / batch | nodes / batch |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for mode, runs in g["modes"].items():
+
+            def col(key: str, runs: list[dict[str, float]] = runs) -> list[float]:
+                return [r[key] for r in runs]
+
+            lines.append(
+                f"| {mode} | {_spread(col('cpu_edges_per_s'), 1e6)} | "
+                f"{_spread(col('edges_per_s'), 1e6)} | "
+                f"{_spread(col('batches_per_s'), fmt='.1f')} | "
+                f"{_spread(col('p50_ms'))} | {_spread(col('p95_ms'))} | "
+                f"{statistics.median(col('edges_per_batch')):,.0f} | "
+                f"{statistics.median(col('nodes_per_batch')):,.0f} |"
+            )
+    lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short run (fewer batches)")
@@ -138,20 +209,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--iters", type=int, default=None, help="timed batches per case")
     parser.add_argument(
+        "--repeats", type=int, default=None, help="measurements of each case (default: 3, quick 1)"
+    )
+    parser.add_argument(
         "--synthetic-only",
         action="store_true",
         help="use the built-in power-law graphs even when gnnaas.data.load_dataset exists",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
+    parser.add_argument(
+        "--out", help="results folder (default: benchmarks/results, quick: <workdir>/results)"
+    )
+    parser.add_argument("--render", metavar="JSON", help="only rewrite sampler.md beside its JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
 
     torch.set_num_threads(args.threads)
     iters = args.iters or (10 if args.quick else 50)
     warmup = 2 if args.quick else 5
-    print(
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    results: dict[str, Any] = {
+        "date": utc_now(),
+        "machine": machine_info(),
+        "command": command_line("bench_sampler.py", argv),
+        "args": {k: v for k, v in vars(args).items() if k not in ("out", "render")},
+        "load_before": list(os.getloadavg()),
+        "torch_threads": torch.get_num_threads(),
+        "compiled_kernel": fastpath.available(),
+        "iters": iters,
+        "warmup": warmup,
+        "graphs": [],
+    }
+    say(
         f"# torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch_size}, "
         f"fanouts {tuple(args.fanouts)}, {iters} timed batches after {warmup} warm-up, "
-        f"compiled depth kernel {'on' if fastpath.available() else 'unavailable (numba missing)'}"
+        f"{args.repeats} repeats, compiled depth kernel "
+        f"{'on' if fastpath.available() else 'unavailable (numba missing)'}"
     )
     header = (
         f"{'dataset':<13} {'mode':<11} {'Medges/s':>9} {'batch/s':>8} {'p50 ms':>8} "
@@ -161,20 +257,34 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rowptr, col, source = load_graph(preset, args.synthetic_only)
         num_nodes = rowptr.numel() - 1
-        print(
+        graph: dict[str, Any] = {
+            "preset": preset,
+            "num_nodes": num_nodes,
+            "num_edges": col.numel(),
+            "source": source,
+            "load_s": time.perf_counter() - t0,
+            "modes": {mode: [] for mode in args.modes},
+        }
+        results["graphs"].append(graph)
+        say(
             f"\n## synth-{preset}: {num_nodes:,} nodes, {col.numel():,} edges ({source}, "
-            f"{time.perf_counter() - t0:.1f} s)"
+            f"{graph['load_s']:.1f} s)"
         )
-        print(header)
-        for mode in args.modes:
-            sampler = build_sampler(mode, rowptr, col, args.fanouts, args.seed)
-            r = bench_case(sampler, num_nodes, args.batch_size, warmup, iters, args.seed)
-            print(
-                f"{'synth-' + preset:<13} {mode:<11} {r['edges_per_s'] / 1e6:>9.2f} "
-                f"{r['batches_per_s']:>8.1f} {r['p50_ms']:>8.2f} {r['p95_ms']:>8.2f} "
-                f"{r['cpu_edges_per_s'] / 1e6:>12.2f} {r['edges_per_batch']:>8.0f} "
-                f"{r['nodes_per_batch']:>8.0f}"
-            )
+        say(header)
+        for _ in range(args.repeats):
+            for mode in args.modes:
+                sampler = build_sampler(mode, rowptr, col, args.fanouts, args.seed)
+                r = bench_case(sampler, num_nodes, args.batch_size, warmup, iters, args.seed)
+                graph["modes"][mode].append(r)
+                say(
+                    f"{'synth-' + preset:<13} {mode:<11} {r['edges_per_s'] / 1e6:>9.2f} "
+                    f"{r['batches_per_s']:>8.1f} {r['p50_ms']:>8.2f} {r['p95_ms']:>8.2f} "
+                    f"{r['cpu_edges_per_s'] / 1e6:>12.2f} {r['edges_per_batch']:>8.0f} "
+                    f"{r['nodes_per_batch']:>8.0f}"
+                )
+    quick_out = Path(args.workdir) / "results"
+    out = Path(args.out) if args.out else (quick_out if args.quick else RESULTS)
+    save_results("sampler", results, render, out)
     return 0
 
 

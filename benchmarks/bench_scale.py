@@ -47,10 +47,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_policy import Policy, sustained_interleaved  # noqa: E402
-from bench_router import (  # noqa: E402
+from common import (
     QUICK,
     machine_info,
     make_bodies,
@@ -61,7 +58,8 @@ from bench_router import (  # noqa: E402
     trivial_cmd,
     wait_idle,
 )
-from loadgen import ServerProcess, StepSpec, free_port, run_closed  # noqa: E402
+from loadgen import ServerProcess, StepSpec, free_port, run_closed
+from measure import Policy, sustained_interleaved
 
 __all__ = ["main"]
 
@@ -301,8 +299,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if rays:
             # Ray in this process (the driver): one local cluster, one Serve proxy; the trivial
             # app under /trivial next to gnnaas; 1 then 2 replicas of the dataset's deployment.
-            from gnnaas.serving.deploy import ray as ray_backend
             from gnnaas.serving.core.settings import Settings
+            from gnnaas.serving.deploy import ray as ray_backend
 
             sys.path.insert(0, str(REPO / "benchmarks"))
             import trivial_app

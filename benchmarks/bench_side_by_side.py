@@ -10,6 +10,9 @@ server's median handler time (its drift record) and the profiler method's median
 difference: how far a curve measured by ``gnnaas profile`` is from what the server measures when
 the machine is the same.
 
+Writes ``side-by-side-<dataset>.json`` and ``.md`` rendered from it (``benchmarks/results/`` unless
+``--out``); ``--render JSON`` rewrites the page from a saved run.
+
 Example:
     python benchmarks/bench_side_by_side.py --dataset Cora --variants sage-greedy-2x gin-full-1x
 """
@@ -20,24 +23,30 @@ import argparse
 import concurrent.futures
 import http.client
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-import torch
+from common import (
+    RESULTS,
+    command_line,
+    machine_info,
+    render_saved,
+    save_results,
+    serve_cmd,
+)
+from loadgen import ServerProcess, free_port
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from bench_router import machine_info  # noqa: E402
-from loadgen import free_port  # noqa: E402
+__all__ = ["main", "render"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Per variant and size, the server's median handler time and the profiler method's."""
+    import numpy as np
+    import torch
+
     from gnnaas.data import load_dataset
     from gnnaas.inference import Executor
     from gnnaas.profiling.curves import _GAP_S as _SERVICE_GAP_S
@@ -45,49 +54,24 @@ def main(argv: list[str] | None = None) -> int:
     from gnnaas.sampling import serving_sampler
     from gnnaas.variants.repository import VariantRepository
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", default="Cora")
-    parser.add_argument("--variants", nargs="+", required=True, help="variant ids")
-    parser.add_argument("--workdir", default=".cache/bench", help="variants/ and profiles/ here")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64, 256])
-    parser.add_argument("--rounds", type=int, default=4, help="(default: 4)")
-    parser.add_argument("--per-round", type=int, default=10, help="batches per size and round")
-    parser.add_argument("--out", default=None, help="markdown file (default: print only)")
-    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     work = Path(args.workdir)
     port = free_port()
-    env = {**os.environ, "GNNAAS_TORCH_THREADS": "1", "GNNAAS_MAX_WAIT_MS": "0"}
-    cmd = [
-        sys.executable, "-m", "gnnaas.cli", "serve", "--variants", str(work / "variants"),
-        "--profiles", str(work / "profiles"), "--dataset", args.dataset,
-        "--port", str(port), "--device", "cpu",
-    ]  # fmt: skip
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        store = load_dataset(args.dataset)
-        repo = VariantRepository(work / "variants")
-        executors = {}
-        for vid in args.variants:
-            loaded = repo.load(store.name, vid)
-            m = loaded.manifest
-            features = store.feature_subset(torch.tensor(m.kept_features))
-            sampler = serving_sampler(store.rowptr, store.col, m.fanouts)
-            executors[vid] = Executor(loaded.model, features, sampler, device="cpu")
-        test = store.test_idx.numpy()
-        rng = np.random.default_rng(0)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                probe = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                probe.request("GET", "/readyz")
-                if probe.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not become ready")
-            time.sleep(0.2)
+    env = {"GNNAAS_TORCH_THREADS": "1", "GNNAAS_MAX_WAIT_MS": "0"}
+    cmd = serve_cmd(args.dataset, work / "variants", work / "profiles", port, "cpu")
+    store = load_dataset(args.dataset)
+    repo = VariantRepository(work / "variants")
+    executors = {}
+    for vid in args.variants:
+        loaded = repo.load(store.name, vid)
+        m = loaded.manifest
+        features = store.feature_subset(torch.tensor(m.kept_features))
+        sampler = serving_sampler(store.rowptr, store.col, m.fanouts)
+        executors[vid] = Executor(loaded.model, features, sampler, device="cpu")
+    test = store.test_idx.numpy()
+    rng = np.random.default_rng(0)
+    log = work / f"side-by-side-{args.dataset}.log"
+    with ServerProcess(cmd, port, log, env=env, ready_timeout_s=120.0) as server:
         conn = http.client.HTTPConnection("127.0.0.1", port)
         worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gnnaas-curve")
         ours: dict[tuple[str, int], list[float]] = {}
@@ -105,37 +89,53 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(_SERVICE_GAP_S)
                         ms, _ = worker.submit(_timed_batch, executors[vid], seeds).result()
                         ours.setdefault((vid, size), []).append(ms)
-        conn.request("GET", f"/v1/datasets/{args.dataset}/variants")
-        listing = json.loads(conn.getresponse().read())["variants"]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    m = machine_info()
-    lines = [
-        f"# Profiler method vs server, side by side ({args.dataset})",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}; one torch thread. Command: "
-        "`python benchmarks/bench_side_by_side.py "
-        + " ".join(sys.argv[1:] if argv is None else argv)
-        + "`.",
-        "",
-        f"{args.rounds} rounds x {args.per_round} batches per variant and size, each way; server: "
-        "median handler time of its drift record (pinned, sequential HTTP requests); profiler: "
-        "median of `_timed_batch` in a worker thread after the profiler's idle gap.",
-        "",
-        "| variant | " + " | ".join(f"{s} nodes: server / profiler ms" for s in args.sizes) + " |",
-        "|---|" + "---:|" * len(args.sizes),
-    ]
-    diffs = []
+        worker.shutdown()
+        listing = server.get_json(f"/v1/datasets/{args.dataset}/variants")["variants"]
+    rows = []
     for vid in args.variants:
         drift = next(v for v in listing if v["id"] == vid)["drift"]["by_batch_nodes"]
+        rows.append(
+            {
+                "variant": vid,
+                "server_ms": {str(s): drift[f"<={s}"]["measured_ms_median"] for s in args.sizes},
+                "profiler_ms": {str(s): statistics.median(ours[(vid, s)]) for s in args.sizes},
+            }
+        )
+    return {
+        "dataset": args.dataset,
+        "machine": machine_info(),
+        "sizes": args.sizes,
+        "rounds": args.rounds,
+        "per_round": args.per_round,
+        "rows": rows,
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    """``side-by-side-<dataset>.md`` from a run's results."""
+    m, sizes = results["machine"], results["sizes"]
+    lines = [
+        f"# Profiler method vs server, side by side ({results['dataset']})",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}; one torch thread. "
+        f"Command: `{results['command']}`.",
+        "",
+        f"{results['rounds']} rounds x {results['per_round']} batches per variant and size, each "
+        "way; server: median handler time of its drift record (pinned, sequential HTTP "
+        "requests); profiler: median of `_timed_batch` in a worker thread after the profiler's "
+        "idle gap.",
+        "",
+        "| variant | " + " | ".join(f"{s} nodes: server / profiler ms" for s in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    diffs = []
+    for row in results["rows"]:
         cells = []
-        for size in args.sizes:
-            served = drift[f"<={size}"]["measured_ms_median"]
-            mine = statistics.median(ours[(vid, size)])
+        for size in sizes:
+            served, mine = row["server_ms"][str(size)], row["profiler_ms"][str(size)]
             diffs.append(mine / served - 1)
             cells.append(f"{served:.2f} / {mine:.2f} ({mine / served - 1:+.0%})")
-        lines.append(f"| {vid} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     absd = sorted(abs(d) for d in diffs)
     lines += [
         "",
@@ -143,12 +143,30 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(absd)} (variant, size) pairs.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="Cora")
+    parser.add_argument("--variants", nargs="+", help="variant ids (required unless --render)")
+    parser.add_argument("--workdir", default=".cache/bench", help="variants/ and profiles/ here")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64, 256])
+    parser.add_argument("--rounds", type=int, default=4, help="(default: 4)")
+    parser.add_argument("--per-round", type=int, default=10, help="batches per size and round")
+    parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the .md beside its JSON")
+    args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    if not args.variants:
+        parser.error("--variants is required")
+    results = {"command": command_line("bench_side_by_side.py", argv), **run(args)}
+    name = f"side-by-side-{args.dataset.split('@')[0]}"
+    save_results(name, results, render, Path(args.out))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -7,6 +7,10 @@ measure p50 reproducibility, and write a results page with the machine, the plan
 the headline figure (SAGE 8x latency as a share of 1x; target <= 30 % on synth-flickr) and the
 report's tables.
 
+Writes ``variants-<dataset>.json`` and ``variants-<dataset>.md`` rendered from it
+(``benchmarks/results/``; ``--quick``: the work folder); ``--render JSON`` rewrites a page from a
+saved run.
+
 Plans (``--quick`` shrinks every one of them; flags override):
 
 - Cora: SAGE + GIN, rankings random/greedy/lasso, prune 1/2/4/8, up to 200 epochs.
@@ -24,11 +28,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
+import dataclasses
 import logging
 import os
-import platform
-import shlex
 import sys
 import tempfile
 import time
@@ -38,12 +40,18 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import (
+    REPO,
+    RESULTS,
+    command_line,
+    machine_info,
+    render_saved,
+    save_results,
+    shown,
+    utc_now,
+)
 
-from gnnaas.profiling import profile_dataset, read_profiles, write_report  # noqa: E402
-from gnnaas.profiling.report import tolerance_table  # noqa: E402
-from gnnaas.utils import atomic_write_text, resolve_device  # noqa: E402
+__all__ = ["main", "render"]
 
 _log = logging.getLogger("bench_variants")
 
@@ -90,37 +98,11 @@ def _say(text: str = "") -> None:
     sys.stdout.flush()
 
 
-def machine_description(device: torch.device) -> str:
-    """CPU model, cores, memory, GPU and torch threads of this machine, in one line."""
-    cpu = platform.processor() or platform.machine()
+def _load_avg() -> list[float] | None:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        return list(os.getloadavg())
     except OSError:
-        pass
-    mem = ""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem = f", {int(line.split()[1]) / 2**20:.0f} GiB RAM"
-                break
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU used"
-    return (
-        f"{cpu}, {os.cpu_count()} cores{mem}, {gpu}; torch {torch.__version__} "
-        f"(intra-op threads: {torch.get_num_threads()}), {platform.python_implementation()} "
-        f"{platform.python_version()}"
-    )
-
-
-def _load_avg() -> str:
-    try:
-        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
+        return None
 
 
 def _plan_for(name: str, quick: bool, args: argparse.Namespace) -> Plan:
@@ -154,6 +136,8 @@ def _repeat_p50(
     store: Any, repo: Any, runs: int, device: torch.device, first: Any
 ) -> list[tuple[str, str, float, float]]:
     """Profiles the SAGE 1x and 8x variants again; (variant, split, first p50, second p50)."""
+    from gnnaas.profiling import profile_dataset, read_profiles
+
     wanted = [
         v
         for v in first["variant"].unique()
@@ -189,9 +173,11 @@ def _demote(report_md: str) -> list[str]:
     return lines
 
 
-def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> Path:
-    """Generates, profiles and reports one dataset; returns the results page written."""
+def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Generates, profiles and reports one dataset; returns the figures of its results page."""
     from gnnaas.data import load_dataset
+    from gnnaas.profiling import profile_dataset, read_profiles, write_report
+    from gnnaas.profiling.report import tolerance_table
     from gnnaas.variants.pipeline import generate_variants
     from gnnaas.variants.repository import VariantRepository
     from gnnaas.variants.training import TrainConfig
@@ -225,7 +211,6 @@ def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> Pa
     )
     gen_s = time.perf_counter() - t0
     trained = sum(r.status == "trained" for r in gen_rows)
-    train_s = sum(float(r.train_time_s) for r in gen_rows)
     _say(f"generated: {len(gen_rows)} variants ({trained} trained) in {gen_s:.0f} s")
 
     t0 = time.perf_counter()
@@ -244,60 +229,115 @@ def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> Pa
     report = write_report(result.path.parent)
     df = read_profiles(result.path)
     val = df[df["split"] == "val"]
-
     repeat = [] if args.no_repeat else _repeat_p50(store, repo, plan.runs, device, df)
-    load_after = _load_avg()
+    tol = {float(r.tolerance): r for r in tolerance_table(val).itertuples()}
+    return {
+        "command": command_line("bench_variants.py"),
+        "date": utc_now(),
+        "machine": machine_info(),
+        "device": str(device),
+        "load_before": load_before,
+        "load_after": _load_avg(),
+        "dataset": {
+            "name": store.name,
+            "num_nodes": store.num_nodes,
+            "num_edges": store.num_edges,
+            "num_features": store.num_features,
+            "num_classes": store.num_classes,
+            "multi_label": bool(store.multi_label),
+            "splits": [int(store.train_idx.numel()), int(store.val_idx.numel())]
+            + [int(store.test_idx.numel())],
+        },
+        "plan": dataclasses.asdict(plan),
+        "generation_s": gen_s,
+        "variants": len(gen_rows),
+        "trained": trained,
+        "train_s": sum(float(r.train_time_s) for r in gen_rows),
+        "profiling_s": prof_s,
+        "sage_8x_vs_1x": [
+            {"variant": v, "latency_ms": lat8, "full_ms": lat1}
+            for v, lat8, lat1, _ in _latency_ratios(val)
+        ],
+        "tolerance_2": (
+            {
+                "baseline": str(tol[2.0].baseline),
+                "variant": str(tol[2.0].variant),
+                "relative_latency": float(tol[2.0].relative_latency),
+            }
+            if 2.0 in tol
+            else None
+        ),
+        "repeat": [
+            {"variant": v, "split": split, "first_ms": a, "second_ms": b}
+            for v, split, a, b in repeat
+        ],
+        "report_path": shown(report),
+        "report_section": "\n".join(_demote(report.read_text())),
+    }
 
+
+def render(results: dict[str, Any]) -> str:
+    """``variants-<dataset>.md`` from a run's results."""
+    d, plan, m = results["dataset"], results["plan"], results["machine"]
+    load = " / ".join(f"{v:.1f}" for v in results["load_before"] or []) or "n/a"
+    after = " / ".join(f"{v:.1f}" for v in results["load_after"] or []) or "n/a"
+    gpu = m.get("gpu") if results["device"].startswith("cuda") else None
     lines = [
-        f"# Variants of {store.name}: generation, profile and report",
+        f"# Variants of {d['name']}: generation, profile and report",
         "",
-        f"Written by `{shlex.join(['python', 'benchmarks/bench_variants.py', *sys.argv[1:]])}` "
-        f"on {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"Written by `{results['command']}` on {results['date'][:10]} {results['date'][11:16]} "
+        "UTC.",
+    ]
+    if results.get("recovered_from"):
+        lines += ["", results["recovered_from"]]
+    lines += [
         "",
-        f"- Machine: {machine_description(device)}. Load average (1/5/15 min) "
-        f"{load_before} before and {load_after} after (the benchmark itself accounts for about "
-        "one per torch thread; more is other work on the same cores, and absolute times are "
-        "then upper bounds).",
-        f"- Dataset: {store.name}, {store.num_nodes:,} nodes, {store.num_edges:,} edges, "
-        f"{store.num_features} features, {store.num_classes} classes"
-        f"{', multi-label' if store.multi_label else ''}; splits train/val/test "
-        f"{store.train_idx.numel():,}/{store.val_idx.numel():,}/{store.test_idx.numel():,}.",
-        f"- Plan: archs {', '.join(plan.archs)}; rankings {', '.join(plan.rankings)}; prune "
-        f"{', '.join(f'{k}x' for k in plan.prunes)}; TrainConfig defaults (hidden 256, fanouts "
-        f"(25, 10), batch 1024) with at most {plan.max_epochs} epochs, patience "
-        f"{plan.patience}; profile batch 1024, {plan.runs} timed runs after warm-up, "
-        f"device {device}.",
-        f"- Wall time: generation {gen_s:.0f} s ({trained} of {len(gen_rows)} variants trained "
-        f"in this run; training time recorded in the manifests {train_s:.0f} s), profiling "
-        f"{prof_s:.0f} s.",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gb']:.0f} GiB RAM, "
+        f"{gpu or 'no GPU used'}; torch {m['torch']} (intra-op threads: {m['torch_threads']}), "
+        f"Python {m['python']}. Load average (1/5/15 min) {load} before and {after} after (the "
+        "benchmark itself accounts for about one per torch thread; more is other work on the "
+        "same cores, and absolute times are then upper bounds).",
+        f"- Dataset: {d['name']}, {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, "
+        f"{d['num_features']} features, {d['num_classes']} classes"
+        f"{', multi-label' if d['multi_label'] else ''}; splits train/val/test "
+        + "/".join(f"{n:,}" for n in d["splits"])
+        + ".",
+        f"- Plan: archs {', '.join(plan['archs'])}; rankings {', '.join(plan['rankings'])}; prune "
+        f"{', '.join(f'{k}x' for k in plan['prunes'])}; TrainConfig defaults (hidden 256, "
+        f"fanouts (25, 10), batch 1024) with at most {plan['max_epochs']} epochs, patience "
+        f"{plan['patience']}; profile batch 1024, {plan['runs']} timed runs after warm-up, "
+        f"device {results['device']}.",
+        f"- Wall time: generation {results['generation_s']:.0f} s ({results['trained']} of "
+        f"{results['variants']} variants trained in this run; training time recorded in the "
+        f"manifests {results['train_s']:.0f} s), profiling {results['profiling_s']:.0f} s.",
         "",
         "## Headline",
         "",
     ]
-    ratios = _latency_ratios(val)
-    if ratios:
-        target = " (target <= 30 % on synth-flickr)" if "flickr" in store.name else ""
+    flickr = "flickr" in d["name"]
+    if results["sage_8x_vs_1x"]:
+        target = " (target <= 30 % on synth-flickr)" if flickr else ""
         lines.append(f"SAGE 8x latency (comm + comp, p50) as a share of SAGE 1x{target}:")
         lines.append("")
-        for variant, lat8, lat1, ratio in ratios:
+        for r in results["sage_8x_vs_1x"]:
+            ratio = r["latency_ms"] / r["full_ms"]
             verdict = ""
-            if "flickr" in store.name:
+            if flickr:
                 verdict = " — meets the target" if ratio <= TARGET_RATIO else " — misses the target"
             lines.append(
-                f"- {variant}: {lat8:.2f} ms vs {lat1:.2f} ms = {100 * ratio:.0f} %{verdict}"
+                f"- {r['variant']}: {r['latency_ms']:.2f} ms vs {r['full_ms']:.2f} ms = "
+                f"{100 * ratio:.0f} %{verdict}"
             )
     else:
         lines.append("No SAGE 1x/8x pair in this plan.")
-    tol = tolerance_table(val)
-    at = {float(r.tolerance): r for r in tol.itertuples()}
-    if 2.0 in at:
-        r = at[2.0]
+    if results["tolerance_2"]:
+        t = results["tolerance_2"]
         lines += [
             "",
-            f"Within 2 accuracy points of the most accurate variant ({r.baseline}), "
-            f"the fastest is {r.variant} at {100 * r.relative_latency:.0f} % of its latency.",
+            f"Within 2 accuracy points of the most accurate variant ({t['baseline']}), "
+            f"the fastest is {t['variant']} at {100 * t['relative_latency']:.0f} % of its latency.",
         ]
-    if repeat:
+    if results["repeat"]:
         lines += [
             "",
             "## Reproducibility of p50 latency",
@@ -307,18 +347,14 @@ def run_dataset(name: str, args: argparse.Namespace, device: torch.device) -> Pa
             "| variant | split | first p50 ms | second p50 ms | second / first |",
             "| --- | --- | --- | --- | --- |",
         ]
-        for variant, split, a, b in repeat:
-            lines.append(f"| {variant} | {split} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
-        worst = max(abs(b / a - 1) for _, _, a, b in repeat)
+        for r in results["repeat"]:
+            a, b = r["first_ms"], r["second_ms"]
+            lines.append(f"| {r['variant']} | {r['split']} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        worst = max(abs(r["second_ms"] / r["first_ms"] - 1) for r in results["repeat"])
         lines += ["", f"Largest difference: {100 * worst:.0f} % (target: within 20 %)."]
-    shown = report.relative_to(ROOT) if report.is_relative_to(ROOT) else report
-    lines += ["", "## Report", "", f"(`{shown}`, with its six plots next to it.)", ""]
-    lines += _demote(report.read_text())
-    results = Path(args.results)
-    path = results / f"variants-{store.name}.md"
-    atomic_write_text(path, "\n".join(lines).rstrip() + "\n")
-    _say(f"results -> {path}")
-    return path
+    lines += ["", "## Report", "", f"(`{results['report_path']}`, with its six plots next to it.)"]
+    lines += ["", results["report_section"]]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,24 +394,32 @@ def main(argv: list[str] | None = None) -> int:
         "whose cores are shared, where several threads stall each other)",
     )
     parser.add_argument("--no-repeat", action="store_true", help="skip the p50 repeat check")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the .md beside its JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.work is None:
-        args.work = str(ROOT / ".cache" / "bench-quick") if args.quick else str(ROOT)
+        args.work = str(REPO / ".cache" / "bench-quick") if args.quick else str(REPO)
     if args.results is None:
-        args.results = args.work if args.quick else str(ROOT / "benchmarks" / "results")
+        args.results = args.work if args.quick else str(RESULTS)
     datasets = args.datasets or list(QUICK_PLANS if args.quick else FULL_PLANS)
     datasets = ["Cora" if d.lower() == "cora" else d for d in datasets]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    from gnnaas.utils import resolve_device
+
     device = resolve_device(args.device)
-    _say(f"# bench_variants on {machine_description(device)}")
+    _say(f"# bench_variants on {device}, torch threads {torch.get_num_threads()}")
     for name in datasets:
-        run_dataset(name, args, device)
+        results = run_dataset(name, args, device)
+        results["command"] = command_line("bench_variants.py", argv)
+        save_results(f"variants-{results['dataset']['name']}", results, render, Path(args.results))
     return 0
 
 

@@ -19,7 +19,8 @@ GPU; every loop is bounded by it):
    included) and of each stage, the mean hit ratio and MB copied host→device per batch.
 
 Writes ``gpu.json`` and ``gpu.md`` (generated from it, naming the card with
-:func:`torch.cuda.get_device_name`) into ``benchmarks/results/`` unless ``--out``. Without CUDA
+:func:`torch.cuda.get_device_name`) into ``benchmarks/results/`` unless ``--out``; ``--render
+gpu.json`` rewrites the page from a saved run. Without CUDA
 it prints ``no CUDA device: nothing to check``, writes both files saying so (date and machine;
 no figure) and exits 0. The exit status is 1 only when a CUDA test failed.
 
@@ -31,10 +32,7 @@ Example:
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -45,8 +43,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from common import (
+    REPO,
+    RESULTS,
+    command_line,
+    machine_info,
+    render_saved,
+    save_results,
+    say,
+    utc_now,
+)
+
 sys.path.insert(0, str(REPO))  # this checkout's gnnaas, also under a Python that lacks it
+
+__all__ = ["main", "render"]
+
 DATASETS = ("synth-flickr", "synth-reddit")
 PRUNES = (1, 8)
 SEEDS = (1, 1024)
@@ -55,43 +66,6 @@ FANOUTS = (25, 10)
 HIDDEN = 256
 PLAN_SEEDS = 8192
 _CUDA_GATE = "torch.cuda.is_available()"
-
-
-def say(*parts: object) -> None:
-    """Progress on stdout."""
-    print(*parts, flush=True)
-
-
-def machine() -> dict[str, Any]:
-    """CPU, memory, Python, torch and (when present) CUDA and the card."""
-    import torch
-
-    cpu, mem_gb = "unknown", None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem_gb = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    info: dict[str, Any] = {
-        "host": platform.node(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "mem_gb": mem_gb,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "gpu": None,
-    }
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_mem_gb"] = round(props.total_memory / 2**30, 1)
-    return info
 
 
 def cuda_test_files() -> list[str]:
@@ -260,7 +234,7 @@ def _cell(
     }
 
 
-def write_markdown(results: dict[str, Any], path: Path) -> None:
+def render(results: dict[str, Any]) -> str:
     """``gpu.md`` from the results."""
     m = results["machine"]
     where = (
@@ -280,8 +254,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             "claimed; run `make gpu-check` on a machine with a GPU to fill this file.",
             "",
         ]
-        path.write_text("\n".join(lines))
-        return
+        return "\n".join(lines)
     tests = results["tests"]
     verdict = "passed" if tests["returncode"] == 0 else f"FAILED (exit {tests['returncode']})"
     lines += [
@@ -326,7 +299,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
     if results["grid"]["skipped"]:
         lines += ["", "Not measured (time budget): " + "; ".join(results["grid"]["skipped"]) + "."]
     lines.append("")
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -339,24 +312,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=270.0, help="whole check, seconds")
     parser.add_argument("--tests-s", type=float, default=120.0, help="most seconds for tests")
     parser.add_argument("--out", default=None, help="(default: benchmarks/results)")
-    parser.add_argument("--render", action="store_true", help="rewrite gpu.md from gpu.json")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite gpu.md beside its JSON")
     args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else REPO / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
     if args.render:
-        write_markdown(json.loads((out / "gpu.json").read_text()), out / "gpu.md")
+        render_saved(args.render, render)
         return 0
+    out = Path(args.out) if args.out else RESULTS
     start = time.monotonic()
     deadline = start + args.budget_s
     import torch
 
-    line = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     results: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": f"python benchmarks/gpu_check.py {line}".rstrip(),
+        "date": utc_now(),
+        "command": command_line("gpu_check.py", argv),
         "budget_s": args.budget_s,
         "cuda": torch.cuda.is_available(),
-        "machine": machine(),
+        "machine": machine_info(),
     }
     if not results["cuda"]:
         say("no CUDA device: nothing to check")
@@ -370,9 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"CUDA tests: {results['tests']['summary']}")
         results["grid"] = latency_grid(args, deadline)
     results["wall_s"] = time.monotonic() - start
-    (out / "gpu.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    write_markdown(results, out / "gpu.md")
-    say(f"wrote {out / 'gpu.md'}")
+    save_results("gpu", results, render, out)
     return 1 if results["cuda"] and results["tests"]["returncode"] not in (0, 5) else 0
 
 
