@@ -7,7 +7,7 @@ factors 1, 2, 4, 8 (feature axis only), trained by ``generate_variants`` with th
 and test accuracy from its manifest, the generation's wall time, and the preset's feature
 parameters (strong and weak signal columns). The reading: is the 1× model the most accurate
 variant of its architecture, how many points greedy/lasso 8× lose against it, how far random 8×
-falls below them (ARCHITECTURE.md §3 asks for a few points, and clearly below).
+falls below them (docs/architecture.md §3 asks for a few points, and clearly below).
 
 Writes ``synthetic-calibration.json`` and ``synthetic-calibration.md`` rendered from it (full run:
 ``benchmarks/results/``; ``--quick``, synth-small with a few epochs: ``<workdir>/results/`` unless

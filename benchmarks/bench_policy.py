@@ -1,6 +1,6 @@
 """Is the router ever worse than a fixed choice? Router at tolerance N against pinned variants.
 
-The question of ARCHITECTURE.md §6's promise, measured so that a 10 % difference shows: one
+The question of docs/architecture.md §6's promise, measured so that a 10 % difference shows: one
 ``gnnaas serve`` on a free 127.0.0.1 port, requests of 1 and of 64 random test nodes, and for
 every request size a set of *policies*:
 

@@ -42,7 +42,7 @@ __all__ = ["main", "render"]
 
 MODES = ("random", "consistent", "depth", "depth-torch")
 
-# nodes, (directed) edges of the presets in ARCHITECTURE.md §3
+# nodes, (directed) edges of the presets in docs/architecture.md §3
 PRESETS = {"flickr": (89_250, 899_756), "reddit": (232_965, 11_606_919)}
 
 

@@ -1,4 +1,4 @@
-"""Every subpackage declares a sorted, complete ``__all__`` (STYLE §1)."""
+"""Every subpackage declares a sorted, complete ``__all__``."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ class ImportResult:
             stratified 60/20/20 split, drawn again for every ``--seed``).
         split_sizes (tuple[int, int, int]): train, validation and test nodes (seed 0).
         split_replaced (bool): a split was given but trains on fewer than 10% of nodes, so the
-            default one is used instead (ARCHITECTURE.md §3).
+            default one is used instead (docs/architecture.md §3).
         import_time_s (float): wall time of the import, writing included.
     """
 

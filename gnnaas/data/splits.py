@@ -1,4 +1,4 @@
-"""Train/validation/test splits (ARCHITECTURE.md §3).
+"""Train/validation/test splits (docs/architecture.md §3).
 
 A dataset keeps its own split when it trains on at least 10% of its nodes; otherwise (Cora's
 public split trains on 140 of 2,708 nodes) it gets a seeded, stratified 60/20/20 split.

@@ -19,7 +19,7 @@ roughly 75–90%), and well above an MLP on the same features (neighbor aggregat
 
 Everything is vectorized and O(N + E) in time and memory; the same seed gives the same tensors.
 
-Presets mirror the graphs of the reference study (ARCHITECTURE.md §3). Edge counts are stored
+Presets mirror the graphs of the reference study (docs/architecture.md §3). Edge counts are stored
 (directed) CSR entries after symmetrization, dedupe and self-loop removal, so they land near,
 not exactly on, the preset.
 """

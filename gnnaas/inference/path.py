@@ -2,7 +2,7 @@
 
 The server's executor, the profiler (accuracy, latency and service curves) and evaluation during
 generation all run a batch through :class:`InferencePath`, so a profiled time or accuracy is one of
-the pipeline that is served (ARCHITECTURE.md §5). A path holds one variant: its model, the store's
+the pipeline that is served (docs/architecture.md §5). A path holds one variant: its model, the store's
 pruned feature copy for it and the serving sampler for its fanouts
 (:func:`gnnaas.sampling.serving_sampler`).
 
@@ -81,17 +81,17 @@ class StageTimes:
 
     @property
     def comm_ms(self) -> float:
-        """Moving data to and from the model: ``gather_ms + copy_ms`` (§5 ``comm_ms``)."""
+        """Moving data to and from the model: ``gather_ms + copy_ms`` (docs/architecture.md §5 ``comm_ms``)."""
         return self.gather_ms + self.copy_ms
 
     @property
     def latency_ms(self) -> float:
-        """``comm_ms + compute_ms`` (§5 ``latency_ms``)."""
+        """``comm_ms + compute_ms`` (docs/architecture.md §5 ``latency_ms``)."""
         return self.comm_ms + self.compute_ms
 
     @property
     def total_ms(self) -> float:
-        """Every stage, sampling included (§5 ``e2e_ms``)."""
+        """Every stage, sampling included (docs/architecture.md §5 ``e2e_ms``)."""
         return self.sample_ms + self.latency_ms
 
 

@@ -8,7 +8,7 @@ A split's metric is ``sum(num) / sum(den)`` over its nodes:
   node's labels (F1-micro; ``1.0`` when no node has a positive label or prediction).
 
 Keeping the parts per node (not per batch) lets the profiler give the uncertainty code the
-paired, per-node view it needs (ARCHITECTURE.md §5).
+paired, per-node view it needs (docs/architecture.md §5).
 
 Example:
     >>> num, den = score_parts(torch.tensor([[2.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 0]))

@@ -1,4 +1,4 @@
-"""Analytical performance model of sampled GNN inference (ARCHITECTURE.md §5).
+"""Analytical performance model of sampled GNN inference (docs/architecture.md §5).
 
 For a batch of ``t`` target nodes, an ``L``-layer GNN with per-layer fanouts ``s_1..s_L`` and
 channel sizes ``f_0..f_L``, a fraction ``c`` of unique nodes among the ``t·∏ s_k`` sampled ones

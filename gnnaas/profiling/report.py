@@ -2,7 +2,7 @@
 
 The report reads ``profiles.csv`` and ``service_times.csv`` only (never the variants), so it can
 be rebuilt anywhere the tables are. Its sections follow the profile definitions of
-ARCHITECTURE.md §5:
+docs/architecture.md §5:
 
 1. the variant table per architecture (axes, accuracy with its 95% interval and paired interval
    width, latency, service times, comm/comp, size, memory, what dominates it) and

@@ -1,7 +1,7 @@
 """Timing and memory helpers of the profiler: synchronized clocks, percentiles, peak memory.
 
 On CUDA every clock reading is preceded by ``torch.cuda.synchronize`` (synchronize-then-clock,
-ARCHITECTURE.md §5), so a stage's time covers the kernels it launched. On the CPU the work is
+docs/architecture.md §5), so a stage's time covers the kernels it launched. On the CPU the work is
 synchronous and the clock is read directly.
 
 Example:

@@ -1,4 +1,4 @@
-"""Input feature rankings: random, greedy and lasso (ARCHITECTURE.md §4).
+"""Input feature rankings: random, greedy and lasso (docs/architecture.md §4).
 
 Every ranking is a pure function that returns an int64 permutation of all input feature ids, most
 important first; a variant with prune factor ``k`` keeps the first ``num_features // k`` of them.

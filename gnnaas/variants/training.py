@@ -1,4 +1,4 @@
-"""Mini-batch training and evaluation of one model (ARCHITECTURE.md §3-4).
+"""Mini-batch training and evaluation of one model (docs/architecture.md §3-4).
 
 Training is inductive: the model only sees the subgraph induced by the training nodes
 (``store.induced(store.train_idx)``), sampled with a seeded ``torch.Generator``; validation and

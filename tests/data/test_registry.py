@@ -29,7 +29,7 @@ def test_list_datasets_lists_real_and_synthetic_presets() -> None:
     assert infos["Cora"] == DatasetInfo("Cora", 2708, 10556, 1433, 7, False, "planetoid")
     assert infos["Yelp"].multi_label and infos["Yelp"].source == "pyg"
     assert infos["ogbn-arxiv"].source == "ogb"
-    presets = {  # ARCHITECTURE.md §3
+    presets = {  # docs/architecture.md §3
         "synth-flickr": (89_250, 899_756, 500, 7, False),
         "synth-arxiv": (169_343, 1_166_243, 128, 40, False),
         "synth-reddit": (232_965, 11_606_919, 602, 41, False),

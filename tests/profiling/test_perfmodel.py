@@ -15,7 +15,7 @@ from gnnaas.profiling.perfmodel import (
     input_nodes,
 )
 
-# ARCHITECTURE.md §5: t=1024, L=2, s=25, f=128, c=0.5, b=4 B, BW=30 GB/s, OPS=0.7e12 op/s
+# docs/architecture.md §5: t=1024, L=2, s=25, f=128, c=0.5, b=4 B, BW=30 GB/s, OPS=0.7e12 op/s
 REF = {"batch_size": 1024, "fanouts": (25, 25), "unique_frac": 0.5}
 REF_CHANNELS = (128, 128, 128)  # f_0 (input), f_1 (hidden), f_2 (output) all 128
 

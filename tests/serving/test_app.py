@@ -149,7 +149,7 @@ def test_pinned_variant_even_without_profile(client: TestClient) -> None:
     assert response.json()["variant"]["accuracy"] is None
 
 
-# The consistency promise (README, ARCHITECTURE.md §6): a node's class never depends on its
+# The consistency promise (README, docs/architecture.md §6): a node's class never depends on its
 # batch-mates; its probabilities and embedding may differ only by floating-point summation order,
 # at most PROBA_ATOL per entry (a batched matmul sums in another order than a single row's).
 PROBA_ATOL = 1e-5

@@ -3,7 +3,7 @@
 The router predicts a batch's time from the variant's profiled service curve
 (``service_times.csv``). :class:`DriftRecord` keeps, per variant, the most recent served batches as
 ``(batch nodes, predicted ms from the unscaled curve, measured ms)`` and summarizes how far the
-curve is from what the server measures (ARCHITECTURE.md §5: the server publishes predicted vs
+curve is from what the server measures (docs/architecture.md §5: the server publishes predicted vs
 measured batch time per variant). The summary is shown by ``/metrics`` and
 ``/v1/datasets/{dataset}/variants``.
 
@@ -14,7 +14,7 @@ be right for small batches and wrong for large ones.
 Two predictions are kept per batch: the curve alone (``predicted_ms``), which shows whether the
 profile is right for this variant and size, and the router's prediction (``predicted_ms`` × the
 device's one measured speed factor in force while the batch ran, before the batch itself is
-folded into it; ARCHITECTURE.md §5: one device-wide factor for machine load). The router chose
+folded into it; docs/architecture.md §5: one device-wide factor for machine load). The router chose
 the batch's requests with the factor of their arrival, which differs from it by at most the
 batches that finished in between. A VM whose speed moved between the profiling minute
 and this one moves every curve alike; the factor removes that, not a curve of the wrong shape.

@@ -6,7 +6,7 @@ structured arguments: the :class:`RequestSpec` (nodes, tolerance, SLO), the rout
 :class:`Candidate` s, and one frozen :class:`LoadSnapshot` that the router measures once per
 request (and that ``GET /v1/datasets/{dataset}/variants`` shows).
 
-The rule (ARCHITECTURE.md §6):
+The rule (docs/architecture.md §6):
 
 * **admissible** candidates: with paired-difference columns in the profiles (every candidate has
   a :class:`PairedDiff`), those that

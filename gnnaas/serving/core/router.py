@@ -1,7 +1,7 @@
 """The serving core: policy + one batcher and executor per variant, with measured load.
 
 :class:`Router` is plain Python (no FastAPI types), so that the same object could sit behind another
-ingress later (ARCHITECTURE.md §7). For every request it takes a load snapshot from its own
+ingress later (docs/architecture.md §7). For every request it takes a load snapshot from its own
 batchers (one frozen :class:`~gnnaas.serving.core.policy.LoadSnapshot`, the same object that
 ``GET /v1/datasets/{dataset}/variants`` shows), asks the pure
 :func:`~gnnaas.serving.core.policy.select_variant` for a variant (or honours a pinned one), and
@@ -114,7 +114,7 @@ class Prediction:
         queue_ms (float): time in the batcher's queue.
         sample_ms (float): sampling time of its batch.
         gather_ms (float): moving data of its batch: feature gather, host→device copy and outputs
-            back (§5 comm_ms; the copies are 0 on the CPU).
+            back (docs/architecture.md §5 comm_ms; the copies are 0 on the CPU).
         compute_ms (float): forward time of its batch.
         batch_size (int): nodes in its batch.
         batch_requests (int): requests in its batch.
@@ -814,7 +814,7 @@ class Router:
             predictions=out.value.predictions,
             queue_ms=out.queue_s * 1e3,
             sample_ms=times.sample_ms,
-            gather_ms=times.comm_ms,  # gather + host→device copy + outputs back (§5 comm)
+            gather_ms=times.comm_ms,  # gather + host→device copy + outputs back (comm)
             compute_ms=times.compute_ms,
             batch_size=out.batch_size,
             batch_requests=out.batch_requests,

@@ -1,6 +1,6 @@
 """The serving core split in two: the policy in an ingress, execution in dataset replicas.
 
-ARCHITECTURE.md §7: on more than one process the router's policy runs where requests come in and
+docs/architecture.md §7: on more than one process the router's policy runs where requests come in and
 the variants run elsewhere. This module holds both halves as plain Python, free of any
 distribution framework (:mod:`gnnaas.serving.deploy.ray` puts them in Ray Serve deployments):
 

@@ -1,0 +1,44 @@
+"""Every reference to the project's architecture document resolves inside a clone."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_SKIP = {".venv", ".cache", ".git", "variants", "profiles"}
+
+
+def _texts() -> list[Path]:
+    return [
+        p
+        for p in REPO.rglob("*")
+        if p.is_file()
+        and p.suffix in (".py", ".md", ".toml")
+        and not _SKIP.intersection(p.relative_to(REPO).parts)
+    ]
+
+
+def test_architecture_references_name_sections_that_exist() -> None:
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    sections = {int(n) for n in re.findall(r"^## (\d+)\. ", doc, flags=re.M)}
+    assert sections == set(range(1, max(sections) + 1))  # numbered 1..n without a gap
+    cited: dict[int, list[str]] = {}
+    for path in _texts():
+        for first, last in re.findall(r"docs/architecture\.md §(\d+)(?:-(\d+))?", path.read_text()):
+            for n in range(int(first), int(last or first) + 1):
+                cited.setdefault(n, []).append(str(path.relative_to(REPO)))
+    assert cited, "no reference found: the pattern is stale"
+    missing = {n: paths for n, paths in cited.items() if n not in sections}
+    assert not missing, f"references to sections that do not exist: {missing}"
+
+
+def test_no_reference_points_outside_the_clone() -> None:
+    offenders = []
+    for path in _texts():
+        if path.name == "test_docs.py":
+            continue
+        text = path.read_text()
+        if re.search(r"ARCHITECTURE\.md|shared/(?:STYLE|REFERENCE)\.md", text):
+            offenders.append(str(path.relative_to(REPO)))
+    assert not offenders, f"references to files outside the repository: {offenders}"
