@@ -2,8 +2,8 @@
 
 The server's executor, the profiler (accuracy, latency and service curves) and evaluation during
 generation all run a batch through :class:`InferencePath`, so a profiled time or accuracy is one of
-the pipeline that is served (docs/architecture.md §5). A path holds one variant: its model, the store's
-pruned feature copy for it and the serving sampler for its fanouts
+the pipeline that is served (docs/architecture.md §5). A path holds one variant: its model, the
+store's pruned feature copy for it and the serving sampler for its fanouts
 (:func:`gnnaas.sampling.serving_sampler`).
 
 Stages of :meth:`InferencePath.run`, as the profile columns define them:
@@ -81,7 +81,8 @@ class StageTimes:
 
     @property
     def comm_ms(self) -> float:
-        """Moving data to and from the model: ``gather_ms + copy_ms`` (docs/architecture.md §5 ``comm_ms``)."""
+        """Moving data to and from the model: ``gather_ms + copy_ms`` (docs/architecture.md §5
+        ``comm_ms``)."""
         return self.gather_ms + self.copy_ms
 
     @property

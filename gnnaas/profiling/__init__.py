@@ -1,7 +1,8 @@
 """Profiling: timers and latency breakdown, analytical performance model, profile tables, reports.
 
 - :mod:`~gnnaas.profiling.profiler`: :func:`profile_dataset` measures every variant of a dataset.
-- :mod:`~gnnaas.profiling.perfmodel`: the analytical model of docs/architecture.md §5, :func:`calibrate`.
+- :mod:`~gnnaas.profiling.perfmodel`: the analytical model of docs/architecture.md §5,
+  :func:`calibrate`.
 - :mod:`~gnnaas.profiling.table`: ``profiles.csv`` / ``service_times.csv`` readers and writers
   (no matplotlib, no training code: the server imports it).
 - :mod:`~gnnaas.profiling.report`: :func:`write_report` (``report.md`` + plots; matplotlib is

@@ -33,8 +33,8 @@ partly chance. Condition 2 stops small splits from admitting anything: with wide
 (few nodes, variants that disagree on many of them) only variants close to the best survive.
 With large splits the intervals shrink and the rule tends to the point rule ``L <= N``. The rule
 is monotone in ``N`` and always admits the best. Among admissible variants the router picks by
-speed (the selection of docs/architecture.md §6: smallest predicted completion time, ties to the more accurate);
-the report shows that choice by asking the policy (:mod:`gnnaas.profiling.frontier`). Without
+speed (the selection of docs/architecture.md §6: smallest predicted completion time, ties to the
+more accurate); the report shows that choice by asking the policy (:mod:`gnnaas.profiling.frontier`). Without
 interval columns (profiles written before they existed) it falls back to the point rule
 ``L <= N``.
 

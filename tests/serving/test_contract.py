@@ -1,5 +1,5 @@
-"""The HTTP contract (docs/architecture.md §6) on both backends: the single-process app uvicorn serves,
-and gnnaas on Ray Serve (an ingress and two replicas of the toy dataset on a local Ray).
+"""The HTTP contract (docs/architecture.md §6) on both backends: the single-process app uvicorn
+serves, and gnnaas on Ray Serve (an ingress and two replicas of the toy dataset on a local Ray).
 
 The same requests must get the same status codes, headers and ``{"detail": ...}`` bodies.
 """
