@@ -34,9 +34,9 @@ partly chance. Condition 2 stops small splits from admitting anything: with wide
 With large splits the intervals shrink and the rule tends to the point rule ``L <= N``. The rule
 is monotone in ``N`` and always admits the best. Among admissible variants the router picks by
 speed (the selection of docs/architecture.md §6: smallest predicted completion time, ties to the
-more accurate); the report shows that choice by asking the policy (:mod:`gnnaas.profiling.frontier`). Without
-interval columns (profiles written before they existed) it falls back to the point rule
-``L <= N``.
+more accurate); the report shows that choice by asking the policy
+(:mod:`gnnaas.profiling.frontier`). Without interval columns (profiles written before they
+existed) it falls back to the point rule ``L <= N``.
 
 Example:
     >>> import numpy as np
