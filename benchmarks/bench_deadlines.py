@@ -1,0 +1,298 @@
+"""Under overload, do deadlines and priorities keep the important traffic fast?
+
+One ``gnnaas serve`` on a free 127.0.0.1 port. First its *sustained rate* for single-node requests
+at the benchmark's tolerance: the closed-loop throughput at which p99 reaches the deadline (20 ms),
+without deadline or priority headers. Then open-loop Poisson traffic at ``--load`` (2×) that rate,
+in three independent streams: 20 % ``high``, 40 % ``normal``, 40 % ``low`` priority. Two runs are
+alternated ``--repeats`` times:
+
+- **with headers**: every request carries ``X-Deadline-Ms: 20`` and its ``X-Priority``;
+- **without**: the same streams with neither header (what a client without them gets).
+
+Per stream the tables count answers 200 within the deadline (client clock: from the request's
+scheduled send time to its answer), 200 late (more than the deadline plus 5 ms after it was
+scheduled), 503 (refused at admission: no variant predicted in time, queue full or shed for a
+higher priority), 504 (expired in the queue) and other outcomes; the client's own lag (how late it
+sent) and CPU say whether the client kept up with the offered rate.
+
+Writes ``deadlines.json`` and ``deadlines.md`` (``--render JSON`` rewrites the page from the JSON).
+
+Example:
+    python benchmarks/bench_deadlines.py --dataset synth-flickr@0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common import (
+    RESULTS,
+    Plan,
+    busy_note,
+    command_line,
+    load_snapshot,
+    machine_info,
+    make_bodies,
+    prepare,
+    render_saved,
+    save_results,
+    say,
+    serve_cmd,
+    test_nodes,
+    utc_now,
+    wait_idle,
+)
+from loadgen import ServerProcess, StepResult, StepSpec, free_port, run_closed, run_step
+from measure import rate_at_bound
+
+__all__ = ["main", "render"]
+
+STREAMS = (("high", 0.2), ("normal", 0.4), ("low", 0.4))
+_LATE_SLACK_MS = 5.0
+
+
+def sustained_rate(
+    url: str, bodies: list[bytes], headers: dict[str, str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Closed-loop steps at rising concurrency; the rate at which p99 reaches the deadline."""
+    steps = []
+    over = 0
+    for concurrency in args.concurrency:
+        spec = StepSpec(
+            rate_rps=0.0,
+            duration_s=args.step_s,
+            max_requests=args.step_max_requests,
+            concurrency=concurrency,
+        )
+        result = asyncio.run(run_closed(url, bodies, headers, spec))
+        step = {
+            "concurrency": concurrency,
+            "throughput_rps": result.throughput_rps,
+            "p99_ms": result.percentile(99),
+            "errors": result.error_share + result.rejected_share,
+        }
+        steps.append(step)
+        say(
+            f"sustained: c={concurrency} {step['throughput_rps']:.0f} req/s p99 "
+            f"{step['p99_ms']:.1f} ms"
+        )
+        over = over + 1 if step["p99_ms"] > args.deadline_ms else 0
+        if over >= 2:
+            break
+    return {"rate_rps": rate_at_bound(steps, args.deadline_ms), "steps": steps}
+
+
+async def _streams(
+    url: str, bodies: list[bytes], base: dict[str, str], rate: float, args: argparse.Namespace,
+    with_headers: bool, seed: int,
+) -> dict[str, StepResult]:  # fmt: skip
+    """The three priority streams at once, each its own Poisson process and connections."""
+    runs = {}
+    for i, (priority, share) in enumerate(STREAMS):
+        headers = dict(base)
+        if with_headers:
+            headers |= {"X-Deadline-Ms": f"{args.deadline_ms:g}", "X-Priority": priority}
+        spec = StepSpec(
+            rate_rps=rate * share,
+            duration_s=args.duration_s,
+            max_requests=int(rate * share * args.duration_s * 1.5) + 10,
+            timeout_s=5.0,
+            drain_s=5.0,
+            seed=seed * 10 + i,
+        )
+        runs[priority] = run_step(
+            url, bodies, headers, spec, client=args.client, connections=args.connections
+        )
+    done = await asyncio.gather(*runs.values())
+    return dict(zip(runs, done, strict=True))
+
+
+def outcome(result: StepResult, deadline_ms: float) -> dict[str, Any]:
+    """What one stream got: shares of every outcome and its latencies (ms, client clock)."""
+    sent = max(result.sent, 1)
+    ok = result.status == 200
+    lat = result.latency_ms
+    within = ok & (lat <= deadline_ms)
+    late = ok & (lat > deadline_ms + _LATE_SLACK_MS)
+    ok_lat = lat[ok]
+    return {
+        "sent": int(result.sent),
+        "offered_rps": result.spec.rate_rps,
+        "ok_within": float(within.sum()) / sent,
+        "ok_late": float(late.sum()) / sent,
+        "ok_late_count": int(late.sum()),
+        "ok": float(ok.sum()) / sent,
+        "shed_503": result.share(503),
+        "expired_504": result.share(504),
+        "other": 1.0 - float(ok.sum()) / sent - result.share(503) - result.share(504),
+        "ok_p50_ms": float(np.percentile(ok_lat, 50)) if ok_lat.size else math.nan,
+        "ok_p99_ms": float(np.percentile(ok_lat, 99)) if ok_lat.size else math.nan,
+        "ok_max_ms": float(ok_lat.max()) if ok_lat.size else math.nan,
+        "lag_p99_ms": float(np.percentile(result.lag_ms, 99)) if result.sent else math.nan,
+        "client_cpu_s": result.client_cpu_s,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(args.workdir)
+    before = load_snapshot()
+    variants, profiles = prepare(Plan(dataset=args.dataset, threads=1), workdir, "cpu")
+    nodes = test_nodes(args.dataset, workdir)
+    bodies = make_bodies(nodes, 1, 2048, seed=3)
+    port = free_port()
+    results: dict[str, Any] = {
+        "dataset": args.dataset,
+        "date": utc_now(),
+        "machine": machine_info(),
+        "command": command_line("bench_deadlines.py", args.argv),
+        "deadline_ms": args.deadline_ms,
+        "tolerance": args.tolerance,
+        "load": args.load,
+        "streams": [list(s) for s in STREAMS],
+        "client": args.client,
+        "runs": [],
+    }
+    cmd = serve_cmd(args.dataset, variants, profiles, port, "cpu")
+    env = {"GNNAAS_TORCH_THREADS": "1"}
+    base = {"X-Accuracy-Tolerance": f"{args.tolerance:g}"}
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(
+            ServerProcess(cmd, port, workdir / "deadlines-server.log", env=env)
+        )
+        url = f"{server.base_url}/v1/datasets/{args.dataset}/predict"
+        wait_idle(server, args.dataset)
+        sustained = sustained_rate(url, bodies, base, args)
+        results["sustained"] = sustained
+        rate = args.load * sustained["rate_rps"]
+        results["offered_rps"] = rate
+        say(f"sustained {sustained['rate_rps']:.0f} req/s; offering {rate:.0f} req/s")
+        for r in range(args.repeats):
+            order = (True, False) if r % 2 == 0 else (False, True)
+            for with_headers in order:
+                wait_idle(server, args.dataset)
+                streams = asyncio.run(_streams(url, bodies, base, rate, args, with_headers, seed=r))
+                row = {
+                    "repeat": r + 1,
+                    "headers": with_headers,
+                    "streams": {p: outcome(s, args.deadline_ms) for p, s in streams.items()},
+                }
+                results["runs"].append(row)
+                high = row["streams"]["high"]
+                say(
+                    f"repeat {r + 1} {'with' if with_headers else 'without'} headers: high "
+                    f"{100 * high['ok_within']:.1f}% within {args.deadline_ms:g} ms, late 200s "
+                    + str(sum(s["ok_late_count"] for s in row["streams"].values()))
+                )
+        with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        results["admission_metrics"] = [
+            line for line in metrics.splitlines() if line.startswith("gnnaas_admission_total")
+        ]
+    results["busy_note"] = busy_note(before)
+    return results
+
+
+def _pct(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f} %"
+
+
+def _ms(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
+
+
+def render(results: dict[str, Any]) -> str:
+    """The page of a run: the sustained rate, then per run and stream what each got."""
+    m = results["machine"]
+    d = results["deadline_ms"]
+    lines = [
+        f"# Deadlines and priorities under overload ({results['dataset']})",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}; "
+        f"client and server on the same machine; server on one torch thread. Run "
+        f"{results['date']}. Command: `{results['command']}`.",
+        "",
+        f"Single-node requests at `X-Accuracy-Tolerance: {results['tolerance']:g}`. Sustained "
+        f"rate (closed loop, p99 ≤ {d:g} ms, no deadline or priority headers): "
+        f"**{results['sustained']['rate_rps']:,.0f} req/s**. Offered: {results['load']:g}× that, "
+        f"**{results['offered_rps']:,.0f} req/s** open loop in three Poisson streams "
+        + ", ".join(f"{p} {100 * s:.0f} %" for p, s in results["streams"])
+        + f". With headers every request carries `X-Deadline-Ms: {d:g}` and its `X-Priority`; "
+        "without, neither. Latency on the client's clock, from each request's scheduled send "
+        f"time; *late* = a 200 more than {d:g} + 5 ms after it was scheduled.",
+        "",
+    ]
+    if results.get("busy_note"):
+        lines += [results["busy_note"], ""]
+    lines += [
+        "| repeat | headers | priority | sent | 200 within "
+        f"{d:g} ms | 200 late | 503 shed | 504 expired | other | 200 p50 / p99 / max ms "
+        "| client lag p99 ms |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in results["runs"]:
+        for priority, s in row["streams"].items():
+            lines.append(
+                f"| {row['repeat']} | {'yes' if row['headers'] else 'no'} | {priority} | "
+                f"{s['sent']:,} | {_pct(s['ok_within'])} | {s['ok_late_count']} | "
+                f"{_pct(s['shed_503'])} | {_pct(s['expired_504'])} | {_pct(s['other'])} | "
+                f"{_ms(s['ok_p50_ms'])} / {_ms(s['ok_p99_ms'])} / {_ms(s['ok_max_ms'])} | "
+                f"{_ms(s['lag_p99_ms'])} |"
+            )
+    lines += ["", "## The goals, per run with headers", ""]
+    for row in results["runs"]:
+        if not row["headers"]:
+            continue
+        streams = row["streams"]
+        high = streams["high"]
+        late = sum(s["ok_late_count"] for s in streams.values())
+        shed = {p: s["shed_503"] + s["expired_504"] for p, s in streams.items()}
+        lines.append(
+            f"- repeat {row['repeat']}: high answered 200 within {d:g} ms "
+            f"**{_pct(high['ok_within'])}** (goal ≥ 99 %); 200 answers later than {d:g} + 5 ms: "
+            f"**{late}** (goal 0); refused or expired: high {_pct(shed['high'])}, normal "
+            f"{_pct(shed['normal'])}, low {_pct(shed['low'])} (goal: on low and normal)."
+        )
+    if results.get("admission_metrics"):
+        lines += ["", "Server counters at the end (`gnnaas_admission_total`):", "", "```"]
+        lines += results["admission_metrics"]
+        lines += ["```"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synth-flickr@0.2")
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
+    parser.add_argument("--out", default=str(RESULTS), help="results folder")
+    parser.add_argument("--deadline-ms", type=float, default=20.0)
+    parser.add_argument("--tolerance", type=float, default=2.0)
+    parser.add_argument("--load", type=float, default=2.0, help="offered / sustained rate")
+    parser.add_argument("--duration-s", type=float, default=8.0, help="seconds per run")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--step-s", type=float, default=3.0, help="closed-loop step seconds")
+    parser.add_argument("--step-max-requests", type=int, default=30_000)
+    parser.add_argument("--client", default="raw", help="aiohttp or raw (default: raw)")
+    parser.add_argument("--connections", type=int, default=128, help="per stream")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
+    args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else None
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    results = run(args)
+    save_results("deadlines", results, render, Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
