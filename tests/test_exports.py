@@ -10,6 +10,7 @@ import pytest
 PACKAGES = [
     "gnnaas",
     "gnnaas.errors",
+    "gnnaas.cli",
     "gnnaas.data",
     "gnnaas.sampling",
     "gnnaas.models",

@@ -1,0 +1,99 @@
+"""The ``gnnaas`` command: datasets, import, train, generate, profile, report, cache-plan, prepare,
+infer, precompute, compact, serve.
+
+Every command prints one line ``ErrorName: message`` and exits 1 on a user error; ``--debug``
+shows the traceback instead. Heavy modules are imported inside the commands so ``gnnaas --help``
+stays fast and a command's first progress line appears before torch is loaded.
+
+Options that have an environment fallback default to ``None`` here and are resolved when the command
+runs: ``--data-root`` ← ``GNNAAS_DATA``, ``--variants``/``--out`` of ``generate`` ←
+``GNNAAS_VARIANTS_DIR``, ``--profiles``/``--out`` of ``profile`` and ``--profiles`` of
+``cache-plan`` ← ``GNNAAS_PROFILES_DIR``,
+``--device`` ← ``GNNAAS_DEVICE``; ``serve`` passes only the options given to its settings, so every
+other ``GNNAAS_*`` server setting applies.
+
+Long commands (train, generate, profile, prepare) print one line per phase on stderr and show a
+progress bar per phase, also when stderr is not a terminal (then refreshed every few seconds, so
+logs stay short); ``-q``/``--quiet`` silences both.
+
+The commands live in one module per group: :mod:`gnnaas.cli.data` (datasets, import),
+:mod:`gnnaas.cli.variants` (train, generate, variants add), :mod:`gnnaas.cli.profiling` (profile,
+report, cache-plan, prepare), :mod:`gnnaas.cli.exact` (compact, infer, precompute) and
+:mod:`gnnaas.cli.serve` (serve, ray-config); :mod:`gnnaas.cli.common` holds what they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from gnnaas.cli import data, exact, profiling, serve, variants
+from gnnaas.cli.common import _positive_int
+from gnnaas.errors import GnnaasError
+
+__all__ = ["main"]
+
+_log = logging.getLogger("gnnaas")
+
+# When stderr is a file or a pipe, tqdm redraws at most this often (seconds; tqdm reads
+# TQDM_MININTERVAL when it is first imported).
+_LOG_REFRESH_S = "5"
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gnnaas",
+        description="Model-less GNN inference: generate, profile, serve feature-pruned variants.",
+        epilog="Run `gnnaas COMMAND --help` for a command's options. A first run: "
+        "`gnnaas prepare --dataset synth-small` then `gnnaas serve`.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress lines or bars on stderr (results and errors are still printed)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch intra-op threads (default: torch's choice; 1 is faster on a busy machine)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in (data, variants, profiling, exact, serve):
+        group.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gnnaas`` console script."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    # Bars stay on when stderr is a file or pipe, redrawn every few seconds instead of 10x/s.
+    refresh = not sys.stderr.isatty() and "TQDM_MININTERVAL" not in os.environ
+    if refresh:
+        os.environ["TQDM_MININTERVAL"] = _LOG_REFRESH_S
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (GnnaasError, FileNotFoundError, PermissionError) as exc:
+        if args.debug:
+            raise
+        red, reset = ("\033[31m", "\033[0m") if sys.stderr.isatty() else ("", "")
+        print(f"{red}{type(exc).__name__}: {exc}{reset}", file=sys.stderr)
+        return 1
+    finally:
+        if refresh:
+            os.environ.pop("TQDM_MININTERVAL", None)
