@@ -11,6 +11,7 @@ PACKAGES = [
     "gnnaas",
     "gnnaas.errors",
     "gnnaas.cli",
+    "gnnaas.config",
     "gnnaas.data",
     "gnnaas.sampling",
     "gnnaas.models",

@@ -5,12 +5,15 @@ Every command prints one line ``ErrorName: message`` and exits 1 on a user error
 shows the traceback instead. Heavy modules are imported inside the commands so ``gnnaas --help``
 stays fast and a command's first progress line appears before torch is loaded.
 
-Options that have an environment fallback default to ``None`` here and are resolved when the command
-runs: ``--data-root`` ← ``GNNAAS_DATA``, ``--variants``/``--out`` of ``generate`` ←
-``GNNAAS_VARIANTS_DIR``, ``--profiles``/``--out`` of ``profile`` and ``--profiles`` of
-``cache-plan`` ← ``GNNAAS_PROFILES_DIR``,
-``--device`` ← ``GNNAAS_DEVICE``; ``serve`` passes only the options given to its settings, so every
-other ``GNNAAS_*`` server setting applies.
+Configuration is one path (:mod:`gnnaas.config`), flag > environment > default: options that
+have an environment fallback default to ``None`` here, and each command builds one settings object
+when it starts from the options given, then the ``GNNAAS_*`` variables, then the defaults
+(``--data-root`` ← ``GNNAAS_DATA_ROOT``/``GNNAAS_DATA``, ``--variants`` and ``generate --out`` ←
+``GNNAAS_VARIANTS_DIR``, ``--profiles`` and ``profile --out`` ← ``GNNAAS_PROFILES_DIR``,
+``--device`` ← ``GNNAAS_DEVICE``, ``--state-dir`` ← ``GNNAAS_STATE_DIR``, ``--threads`` ←
+``GNNAAS_THREADS``, ``report --tie-margin`` ← ``GNNAAS_TIE_MARGIN``; the profiled pipeline from
+the server's ``GNNAAS_SAMPLING``, ``GNNAAS_SEED``, ...). ``serve`` passes only the options given to
+the server's settings, so every other ``GNNAAS_*`` server setting applies.
 
 Long commands (train, generate, profile, prepare) print one line per phase on stderr and show a
 progress bar per phase, also when stderr is not a terminal (then refreshed every few seconds, so
@@ -62,7 +65,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=_positive_int,
         default=None,
-        help="torch intra-op threads (default: torch's choice; 1 is faster on a busy machine)",
+        help="torch intra-op threads of the command; profile and prepare time with them "
+        "(default: $GNNAAS_THREADS, else torch's choice, and for profiling the server's "
+        "$GNNAAS_TORCH_THREADS or 1; 1 is faster on a busy machine)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (data, variants, profiling, exact, serve):

@@ -1,16 +1,24 @@
-"""What the command modules share: progress lines, tables, configuration defaults, option helpers.
+"""What the command modules share: settings, progress lines, tables, option helpers.
 
 Package-internal: the command modules (:mod:`gnnaas.cli.data`, ...) import these names; nothing
 here imports torch at module level, so ``gnnaas --help`` stays fast.
+
+Configuration: an offline command builds one :class:`~gnnaas.config.CommandSettings` when it
+starts (:func:`_start`), from the options given on its command line (``--data-root``,
+``--variants``, ``--profiles``, ``--device``, ``--state-dir``, ``--threads``, ``--tie-margin``,
+or the command's own spelling of one, e.g. ``generate --out``), then the ``GNNAAS_*`` variables,
+then the defaults; every later read of a setting in the command uses that object.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gnnaas.config import CommandSettings
 
 __all__ = [
     "_PROFILES_HELP",
@@ -19,20 +27,28 @@ __all__ = [
     "_add_epochs",
     "_add_quiet",
     "_add_served_folders",
-    "_device",
-    "_env_default",
     "_load",
+    "_pipeline",
     "_positive_int",
     "_print_table",
-    "_profiles_dir",
-    "_profiling_pipeline",
     "_progress",
     "_quiet",
     "_say",
-    "_serving_pipeline",
+    "_settings",
     "_start",
-    "_variants_dir",
 ]
+
+# The settings an option sets when a command has it (field -> option); a command may spell one
+# differently (``generate --out`` is its variants folder).
+_OPTIONS = {
+    "data_root": "--data-root",
+    "variants_dir": "--variants",
+    "profiles_dir": "--profiles",
+    "device": "--device",
+    "state_dir": "--state-dir",
+    "threads": "--threads",
+    "tie_margin": "--tie-margin",
+}
 
 
 def _quiet(args: argparse.Namespace) -> bool:
@@ -50,63 +66,90 @@ def _say(args: argparse.Namespace, message: str) -> None:
         print(f"{args.command}: {message}", file=sys.stderr, flush=True)
 
 
-def _start(args: argparse.Namespace, message: str | None = None) -> None:
-    """Says ``message`` first, then applies ``--threads`` (importing torch takes seconds)."""
+def _settings(
+    args: argparse.Namespace, options: Mapping[str, str] | None = None
+) -> CommandSettings:
+    """The command's settings, built on the first call and kept on ``args``: the options given
+    (flag), then the ``GNNAAS_*`` variables (environment), then the defaults.
+
+    Args:
+        args (argparse.Namespace): the parsed command line.
+        options (Mapping[str, str], optional): settings this command sets with another option
+            than the usual one (field -> option, e.g. ``{"variants_dir": "--out"}``).
+
+    Raises:
+        ConfigError: a bad value, naming the option or the variable it came from.
+    """
+    built: CommandSettings | None = getattr(args, "_settings", None)
+    if built is not None:
+        return built
+    from pydantic import ValidationError
+
+    from gnnaas.config import CommandSettings, settings_error
+
+    flags = {**_OPTIONS, **(options or {})}
+    given = {}
+    for field, option in flags.items():
+        value = getattr(args, option.lstrip("-").replace("-", "_"), None)
+        if value is not None:
+            given[field] = value
+    try:
+        built = CommandSettings(**given)
+    except ValidationError as exc:
+        raise settings_error(
+            exc, CommandSettings, given, flags=flags, where=f"{args.command}: "
+        ) from None
+    args._settings = built
+    return built
+
+
+def _start(
+    args: argparse.Namespace,
+    message: str | None = None,
+    *,
+    options: Mapping[str, str] | None = None,
+    compute: bool = True,
+) -> CommandSettings:
+    """Builds the command's settings (:func:`_settings`), says ``message``, then applies them to
+    this process (importing torch takes seconds): ``threads`` and, for a command that computes
+    (``compute``), the switches of the forward pass and the sampler
+    (:func:`gnnaas.inference.settings.apply_execution_settings`).
+
+    Returns:
+        CommandSettings: the command's settings.
+    """
+    settings = _settings(args, options)
     if message is not None:
         _say(args, message)
-    if args.threads is not None:
+    if settings.threads is not None:
         import torch
 
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(settings.threads)
+    if compute:
+        from gnnaas.inference.settings import apply_execution_settings
+
+        apply_execution_settings(
+            fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler
+        )
+    return settings
 
 
-def _env_default(value: str | None, env: str, default: str) -> str:
-    """``value`` when given on the command line, else ``$env``, else ``default``."""
-    if value is not None:
-        return value
-    return os.environ.get(env) or default
-
-
-def _device(args: argparse.Namespace) -> str:
-    return _env_default(args.device, "GNNAAS_DEVICE", "auto")
-
-
-def _variants_dir(value: str | None) -> str:
-    return _env_default(value, "GNNAAS_VARIANTS_DIR", "variants")
-
-
-def _profiles_dir(value: str | None) -> str:
-    return _env_default(value, "GNNAAS_PROFILES_DIR", "profiles")
-
-
-def _serving_pipeline() -> dict[str, Any]:
-    """The server's sampler, batch cap and inline threshold from the environment
-    (``GNNAAS_SAMPLING``, ``GNNAAS_SEED``, ``GNNAAS_MAX_BATCH_NODES``,
-    ``GNNAAS_INLINE_MAX_NODES``), so profiles measure the pipeline served."""
-    from gnnaas.serving.core.settings import Settings
-
-    settings = Settings()
+def _pipeline(settings: CommandSettings, device: Any = None) -> dict[str, Any]:
+    """The serving pipeline profiles must be measured with, as ``profile_dataset`` takes it: the
+    server's sampler, seed, batch cap and inline threshold (``GNNAAS_SAMPLING``, ``GNNAAS_SEED``,
+    ``GNNAAS_MAX_BATCH_NODES``, ``GNNAAS_INLINE_MAX_NODES``), the threads (``--threads`` when
+    given, else the server's ``GNNAAS_TORCH_THREADS``: profiles are timed with the threads they
+    will be served with) and, on a CUDA ``device``, the feature cache the server builds there
+    (``GNNAAS_FEATURE_CACHE_MB``)."""
+    on_cuda = device is not None and device.type == "cuda"
     return {
         "sampling": settings.sampling,
         "sampler_seed": settings.seed,
         "max_batch_nodes": settings.max_batch_nodes,
         "inline_max_nodes": settings.inline_max_nodes,
-        "threads": settings.torch_threads,
+        "threads": settings.threads if settings.threads is not None else settings.torch_threads,
+        "feature_cache_mb": settings.feature_cache_mb if on_cuda else 0.0,
     }
-
-
-def _profiling_pipeline(args: argparse.Namespace, device: Any) -> dict[str, Any]:
-    """:func:`_serving_pipeline` with ``--threads`` (when given) instead of the server's
-    ``GNNAAS_TORCH_THREADS`` (profiles are timed with the threads they will be served with),
-    plus the feature cache the server builds on ``device`` (``GNNAAS_FEATURE_CACHE_MB``, on
-    CUDA only)."""
-    from gnnaas.serving.core.settings import Settings
-
-    pipeline = _serving_pipeline()
-    if args.threads is not None:
-        pipeline["threads"] = args.threads
-    pipeline["feature_cache_mb"] = Settings().feature_cache_mb if device.type == "cuda" else 0.0
-    return pipeline
 
 
 def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
@@ -119,10 +162,13 @@ def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    """The dataset's graph store; ``load_dataset`` falls back to ``$GNNAAS_DATA``."""
+    """The dataset's graph store, from the command's data root and cache (:func:`_settings`)."""
     from gnnaas.data import load_dataset
 
-    return load_dataset(args.dataset, args.data_root, seed=args.seed)
+    settings = _settings(args)
+    return load_dataset(
+        args.dataset, settings.data_root, seed=args.seed, cache_dir=settings.cache_dir
+    )
 
 
 # ----------------------------------------------------------------------------------------------

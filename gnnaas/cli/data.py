@@ -11,7 +11,7 @@ __all__ = ["add_parsers"]
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    _start(args)
+    _start(args, compute=False)
     from gnnaas.data import list_datasets
 
     rows = [
@@ -23,7 +23,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    _start(args, f"importing {args.name}")
+    settings = _start(args, f"importing {args.name}", compute=False)
     from gnnaas.data import import_graph
 
     result = import_graph(
@@ -36,6 +36,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         undirected=args.undirected,
         multi_label=args.multi_label,
         force=args.force,
+        home=settings.home_dir,
         on_phase=lambda message: _say(args, message),
     )
     train, val, test = result.split_sizes

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from gnnaas.cli.common import (
@@ -14,8 +13,8 @@ from gnnaas.cli.common import (
     _print_table,
     _progress,
     _say,
+    _settings,
     _start,
-    _variants_dir,
 )
 from gnnaas.errors import ConfigError
 
@@ -24,8 +23,8 @@ __all__ = ["add_parsers"]
 
 def _cmd_compact(args: argparse.Namespace) -> int:
     """Folds a live graph's write log into a new snapshot (the server must be stopped)."""
-    state_dir = args.state_dir or os.environ.get("GNNAAS_STATE_DIR")
-    if not state_dir:
+    state_dir = _settings(args).state_dir
+    if state_dir is None:
         raise ConfigError("compact: pass --state-dir (or set GNNAAS_STATE_DIR), as for serve")
     from gnnaas.data.live import compact, state_folder
 
@@ -50,9 +49,9 @@ def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
     from gnnaas.variants.exact import exact_pass
     from gnnaas.variants.repository import VariantRepository
 
-    _start(args, f"loading dataset {args.dataset}")
+    settings = _start(args, f"loading dataset {args.dataset}")
     store = _load(args)
-    repo = VariantRepository(_variants_dir(args.variants))
+    repo = VariantRepository(settings.variants_dir)
     variant = args.variant
     if variant is None:
         trained = [m for m in repo.list(store.name) if m.precomputed is None]
@@ -62,7 +61,7 @@ def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
                 f"{store.name}` or pass --variants"
             )
         variant = max(trained, key=lambda m: m.metrics.get("val_acc", 0.0)).variant_id
-    state_dir = args.state_dir or os.environ.get("GNNAAS_STATE_DIR")
+    state_dir = settings.state_dir
     _say(args, f"exact layer-wise pass of {store.name}/{variant} ({args.backend})")
     manifest = repo.manifest(store.name, variant)
     with tqdm(
@@ -119,7 +118,7 @@ def _cmd_precompute(args: argparse.Namespace) -> int:
     from gnnaas.variants.repository import VariantRepository
 
     run = _exact_run(args, embeddings=True)
-    manifest = precompute(VariantRepository(_variants_dir(args.variants)), run)
+    manifest = precompute(VariantRepository(_settings(args).variants_dir), run)
     _print_exact(run)
     print(
         f"stored {manifest.variant_id}; profile it before serving: "

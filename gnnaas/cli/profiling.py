@@ -13,18 +13,13 @@ from gnnaas.cli.common import (
     _add_data_args,
     _add_epochs,
     _add_quiet,
-    _device,
-    _env_default,
     _load,
+    _pipeline,
     _positive_int,
     _print_table,
-    _profiles_dir,
-    _profiling_pipeline,
     _progress,
     _say,
-    _serving_pipeline,
     _start,
-    _variants_dir,
 )
 from gnnaas.cli.variants import (
     _DEFAULT_ARCHS,
@@ -39,25 +34,25 @@ __all__ = ["add_parsers"]
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    _start(args, f"loading dataset {args.dataset}")
+    settings = _start(args, f"loading dataset {args.dataset}", options={"profiles_dir": "--out"})
     from gnnaas.profiling.profiler import profile_dataset
     from gnnaas.utils import resolve_device
     from gnnaas.variants.repository import VariantRepository
 
-    device = resolve_device(_device(args))
+    device = resolve_device(settings.device)
     store = _load(args)
-    out = _profiles_dir(args.out)
+    out = settings.profiles_dir
     _say(args, f"profiling the variants of {store.name} on {device} into {out}")
     result = profile_dataset(
         store,
-        VariantRepository(_variants_dir(args.variants)),
-        Path(out),
+        VariantRepository(settings.variants_dir),
+        out,
         batch_size=args.batch_size,
         runs=args.runs,
         device=device,
         progress=_progress(args),
         only=args.only,
-        **_profiling_pipeline(args, device),
+        **_pipeline(settings, device),
     )
     for variant_id, reason in result.skipped:
         print(f"skipped {variant_id}: {reason}")
@@ -72,21 +67,21 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    _start(args)
-    from gnnaas.profiling.frontier import ROUTER_TIE_MARGIN
+    margin = args.tie_margin
+    if margin is not None:
+        bad = ConfigError(
+            f"report: --tie-margin must be a number in [0, 10], as the server's (got {margin!r})"
+        )
+        try:
+            value = float(margin)
+        except ValueError:
+            raise bad from None
+        if not 0 <= value <= 10:  # also rejects NaN
+            raise bad
+    settings = _start(args, compute=False)  # else $GNNAAS_TIE_MARGIN, checked there
     from gnnaas.profiling.report import write_report
 
-    margin = _env_default(args.tie_margin, "GNNAAS_TIE_MARGIN", str(ROUTER_TIE_MARGIN))
-    bad = ConfigError(
-        f"report: --tie-margin must be a number in [0, 10], as the server's (got {margin!r})"
-    )
-    try:
-        tie_margin = float(margin)
-    except ValueError:
-        raise bad from None
-    if not 0 <= tie_margin <= 10:  # also rejects NaN
-        raise bad
-    path = write_report(Path(_profiles_dir(args.profiles)) / args.dataset, tie_margin=tie_margin)
+    path = write_report(settings.profiles_dir / args.dataset, tie_margin=settings.tie_margin)
     print(f"report -> {path}")
     return 0
 
@@ -136,12 +131,12 @@ def _plan_seeds(path: str, num_nodes: int) -> Any:
 
 def _cmd_cache_plan(args: argparse.Namespace) -> int:
     budget_mb = _budget_mb(args.budget_mb)
-    _start(args, f"loading dataset {args.dataset}")
+    settings = _start(args, f"loading dataset {args.dataset}")
     from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
     from gnnaas.variants.repository import VariantRepository
 
     store = _load(args)
-    repo = VariantRepository(_variants_dir(args.variants))
+    repo = VariantRepository(settings.variants_dir)
     manifests = repo.list(store.name)
     element = store.x.element_size()
     variants: list[PlannedVariant] = []
@@ -176,7 +171,7 @@ def _cmd_cache_plan(args: argparse.Namespace) -> int:
                 f"cache-plan: {store.name} has no validation nodes; pass --seeds FILE "
                 "(recorded traffic)"
             )
-    pipeline = _serving_pipeline()
+    pipeline = _pipeline(settings)
     budget_bytes = int(budget_mb * 2**20)
     full_bytes = store.num_nodes * store.num_features * element
     _say(args, f"counting the feature reads of {seeds.numel()} seeds ({seeds_name})")
@@ -192,7 +187,7 @@ def _cmd_cache_plan(args: argparse.Namespace) -> int:
         sampling=pipeline["sampling"],
         progress=_progress(args),
     )
-    table, ranking = write_cache_plan(plan, Path(_profiles_dir(args.profiles)) / store.name)
+    table, ranking = write_cache_plan(plan, settings.profiles_dir / store.name)
     print(
         f"dataset: {store.name} ({store.num_nodes:,} nodes, {store.num_features} features, "
         f"{full_bytes / 2**20:,.1f} MB of 1x features)"
@@ -214,17 +209,17 @@ def _cmd_cache_plan(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     """Generates and profiles default variants for a dataset unless they already exist."""
-    _start(args, f"loading dataset {args.dataset}")
+    settings = _start(args, f"loading dataset {args.dataset}")
     from gnnaas.profiling.profiler import profile_dataset
     from gnnaas.profiling.table import has_profiles
     from gnnaas.utils import resolve_device
     from gnnaas.variants.pipeline import generate_variants
     from gnnaas.variants.repository import VariantRepository
 
-    device = resolve_device(_device(args))
+    device = resolve_device(settings.device)
     store = _load(args)
-    repo = VariantRepository(_variants_dir(args.variants))
-    profiles = Path(_profiles_dir(args.profiles))
+    repo = VariantRepository(settings.variants_dir)
+    profiles = settings.profiles_dir
     _say(args, f"generating variants of {store.name} on {device} (existing ones are kept)")
     generate_variants(
         store,
@@ -238,7 +233,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         progress=_progress(args),
         **_axes_options(args),
     )
-    pipeline = _profiling_pipeline(args, device)
+    pipeline = _pipeline(settings, device)
     current = has_profiles(
         profiles / store.name,
         repo.list(store.name),

@@ -16,7 +16,6 @@ from gnnaas.cli.common import (
     _add_served_folders,
     _positive_int,
     _say,
-    _start,
 )
 from gnnaas.errors import ConfigError
 
@@ -160,7 +159,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
         return 0
     try:
-        _start(args)
+        if args.threads is not None:  # the server's own threads are its torch_threads
+            import torch
+
+            torch.set_num_threads(args.threads)
         import uvicorn
         from pydantic import ValidationError
 

@@ -11,15 +11,13 @@ from gnnaas.cli.common import (
     _VARIANTS_HELP,
     _add_data_args,
     _add_epochs,
-    _device,
     _load,
     _positive_int,
     _print_table,
     _progress,
     _say,
-    _serving_pipeline,
+    _settings,
     _start,
-    _variants_dir,
 )
 from gnnaas.errors import ConfigError
 
@@ -40,11 +38,11 @@ def _train_config(args: argparse.Namespace) -> Any:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    _start(args, f"loading dataset {args.dataset}")
+    settings = _start(args, f"loading dataset {args.dataset}")
     from gnnaas.utils import resolve_device
     from gnnaas.variants.training import train_model
 
-    device = resolve_device(_device(args))
+    device = resolve_device(settings.device)
     store = _load(args)
     _say(args, f"training {args.arch} on {store.name} ({device})")
     result = train_model(
@@ -61,16 +59,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    _start(args, f"loading dataset {args.dataset}")
+    if bool(args.from_model) != bool(args.model_config):
+        raise ConfigError("--from-model and --model-config go together (weights, config)")
+    settings = _start(args, f"loading dataset {args.dataset}", options={"variants_dir": "--out"})
     from gnnaas.utils import resolve_device
     from gnnaas.variants.pipeline import generate_variants
     from gnnaas.variants.repository import VariantRepository
 
-    if bool(args.from_model) != bool(args.model_config):
-        raise ConfigError("--from-model and --model-config go together (weights, config)")
-    device = resolve_device(_device(args))
+    device = resolve_device(settings.device)
     store = _load(args)
-    out = _variants_dir(args.out)
+    out = settings.variants_dir
     repo = VariantRepository(out)
     archs, force, warm = args.arch, args.force, bool(args.warm_start)
     if args.from_model:
@@ -82,7 +80,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             repo,
             args.from_model,
             args.model_config,
-            seed=_serving_pipeline()["sampler_seed"],
+            seed=settings.seed,
             device=str(device),
             force=force,
         )
@@ -136,7 +134,7 @@ def _axes_options(args: argparse.Namespace) -> dict[str, Any]:
         "near": args.near,
         "width_divisors": args.width_divisors,
         "fanout_sets": fanout_sets,
-        "sampler_seed": _serving_pipeline()["sampler_seed"],
+        "sampler_seed": _settings(args).seed,
     }
 
 
@@ -158,14 +156,14 @@ def _print_generated(rows: Sequence[Any]) -> None:
 
 
 def _cmd_variants_add(args: argparse.Namespace) -> int:
-    _start(args, f"loading dataset {args.dataset}")
+    settings = _start(args, f"loading dataset {args.dataset}")
     from gnnaas.utils import resolve_device
     from gnnaas.variants.master import add_user_variant
     from gnnaas.variants.repository import VariantRepository
 
-    device = resolve_device(_device(args))
+    device = resolve_device(settings.device)
     store = _load(args)
-    out = _variants_dir(args.variants)
+    out = settings.variants_dir
     _say(args, f"checking and evaluating {args.weights} on {store.name}")
     manifest = add_user_variant(
         store,
@@ -173,7 +171,7 @@ def _cmd_variants_add(args: argparse.Namespace) -> int:
         args.weights,
         args.model_config,
         args.kept_features,
-        seed=_serving_pipeline()["sampler_seed"],
+        seed=settings.seed,
         device=str(device),
         force=args.force,
     )

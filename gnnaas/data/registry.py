@@ -10,10 +10,10 @@ with ``gnnaas import`` (source ``imported``, kept under ``$GNNAAS_HOME``, else
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnnaas.config import from_environment
 from gnnaas.data.imported import IMPORTED_SOURCE, list_imported, load_imported
 from gnnaas.data.real import REAL_DATASETS, load_real
 from gnnaas.data.store import GraphStore
@@ -103,11 +103,13 @@ def list_datasets() -> list[DatasetInfo]:
 
 
 def resolve_cache_dir(cache_dir: PathType | None = None) -> Path:
-    """The writable cache: ``cache_dir``, else ``$GNNAAS_CACHE``, else ``~/.cache/gnnaas``."""
+    """The writable cache: ``cache_dir``, else ``$GNNAAS_CACHE`` (the settings' ``cache_dir``,
+    :func:`gnnaas.config.from_environment`), else ``~/.cache/gnnaas``."""
+    if cache_dir is None:
+        cache_dir = from_environment().cache_dir
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    env = os.environ.get("GNNAAS_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "gnnaas"
+    return Path.home() / ".cache" / "gnnaas"
 
 
 def load_dataset(
@@ -122,8 +124,9 @@ def load_dataset(
     Args:
         name (str): dataset name, case-insensitive (see :func:`list_datasets`).
         data_root (str or PathLike, optional): folder holding ``<Class>/<Name>/raw/`` of real
-            datasets; falls back to ``$GNNAAS_DATA``. Only read, never written. Synthetic
-            and imported datasets ignore it. (default: :obj:`None`)
+            datasets; falls back to ``$GNNAAS_DATA_ROOT`` or ``$GNNAAS_DATA`` (the settings'
+            ``data_root``, :func:`gnnaas.config.from_environment`). Only read, never written.
+            Synthetic and imported datasets ignore it. (default: :obj:`None`)
         seed (int, optional): seed of the synthetic generator and of the stratified split.
             (default: ``0``)
         cache_dir (str or PathLike, optional): writable folder for processed files
@@ -148,11 +151,10 @@ def load_dataset(
         return load_synthetic(info.name, seed=seed, cache_dir=cache)
     spec = REAL_DATASETS[info.name.lower()]
     if data_root is None or (isinstance(data_root, str) and not data_root.strip()):
-        env = os.environ.get("GNNAAS_DATA", "").strip()
-        if not env:
+        data_root = from_environment().data_root  # GNNAAS_DATA_ROOT or GNNAAS_DATA
+        if data_root is None:
             raise ConfigError(
                 f"dataset '{info.name}' needs a data root: pass --data-root DIR (or set "
                 f"GNNAAS_DATA=DIR) where DIR holds {spec.group}/{spec.folder}/raw/"
             )
-        data_root = env
     return load_real(spec, Path(data_root).expanduser().absolute(), seed=seed, cache_dir=cache)
