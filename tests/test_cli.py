@@ -40,6 +40,32 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
     assert "usage: gnnaas" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", [*COMMANDS, "variants add"])
+def test_an_unknown_option_is_the_commands_error(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Also when a required option is missing: the unknown one is what the user mistyped.
+    with pytest.raises(SystemExit) as exc:
+        main([*command.split(), "--nope"])
+    assert exc.value.code == 2  # argparse's convention
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: gnnaas {command} ")
+    assert err.strip().splitlines()[-1] == (
+        f"gnnaas {command}: error: unrecognized arguments: --nope"
+    )
+
+
+def test_an_unknown_top_level_option_is_the_top_levels_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--nope", "datasets"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gnnaas [-h]")
+    assert err.strip().splitlines()[-1] == "gnnaas: error: unrecognized arguments: --nope"
+
+
 def test_datasets_lists_real_and_synthetic(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
@@ -211,6 +237,37 @@ def test_unknown_ranking_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     line = _one_error_line(capsys)
     assert line.startswith("ConfigError:") and "magic" in line
     assert not any(tmp_path.iterdir())  # nothing was trained or written
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["generate", "--arch", "gat"], "gat"),
+        (["generate", "--ranking", "magic"], "magic"),
+        (["generate", "--axes", "features", "colour"], "colour"),
+        (["generate", "--fanouts", "10.x"], "10.x"),
+        (["prepare", "--ranking", "magic"], "magic"),
+        (["train", "--arch", "gat"], "gat"),
+    ],
+)
+def test_a_bad_plan_fails_before_the_dataset_loads(
+    argv: list[str],
+    word: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gnnaas.data
+
+    def load_dataset(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the dataset was loaded")
+
+    monkeypatch.setattr(gnnaas.data, "load_dataset", load_dataset)
+    monkeypatch.setenv("GNNAAS_VARIANTS_DIR", str(tmp_path / "v"))
+    assert main([*argv, "--dataset", "synth-small", "--device", "cpu"]) == 1
+    line = _one_error_line(capsys)
+    assert line.startswith("ConfigError:") and word in line
+    assert not (tmp_path / "v").exists()
 
 
 def test_cuda_on_cpu_machine_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

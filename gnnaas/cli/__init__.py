@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from gnnaas.cli import data, exact, profiling, serve, variants
 from gnnaas.cli.common import _positive_int
@@ -44,6 +45,72 @@ _log = logging.getLogger("gnnaas")
 # When stderr is a file or a pipe, tqdm redraws at most this often (seconds; tqdm reads
 # TQDM_MININTERVAL when it is first imported).
 _LOG_REFRESH_S = "5"
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: its own usage line with every error, an unknown option included.
+
+    An option the command does not know would otherwise reach the top-level parser (its usage,
+    not the command's), or be hidden behind "the following arguments are required" when a
+    required option is missing too; :func:`main` and :meth:`error` report it here instead.
+    """
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(args) if args is not None else sys.argv[1:]
+        return super().parse_known_args(args, namespace)
+
+    def unknown_options(self, given: Sequence[str]) -> list[str]:
+        """The words of ``given`` that look like options this parser does not know (nor any
+        abbreviation of one), up to a ``--``."""
+        unknown = []
+        for word in given:
+            if word == "--":
+                break
+            name = word.split("=", 1)[0]
+            if (
+                name.startswith("-")
+                and len(name) > 1
+                and not self._negative_number_matcher.match(name)
+                and not any(option.startswith(name) for option in self._option_string_actions)
+            ):
+                unknown.append(word)
+        return unknown
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            unknown = self.unknown_options(self._given)
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}"
+        super().error(message)
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` ran: ``gnnaas variants add``'s for that one."""
+    current = parser
+    while True:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name is None:
+            return current
+        current = subs[0].choices[name]
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that words nobody knew are reported by the command's
+    parser (its usage line, exit 2), not the top-level one."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        words = list(argv) if argv is not None else sys.argv[1:]
+        before = words[: words.index(args.command)] if args.command in words else []
+        owner = parser if any(e in before for e in extras) else _command_parser(parser, args)
+        owner.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -69,7 +136,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "(default: $GNNAAS_THREADS, else torch's choice, and for profiling the server's "
         "$GNNAAS_TORCH_THREADS or 1; 1 is faster on a busy machine)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser
+    )
     for group in (data, variants, profiling, exact, serve):
         group.add_parsers(sub)
     return parser
@@ -78,7 +147,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gnnaas`` console script."""
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

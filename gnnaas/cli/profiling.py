@@ -25,7 +25,7 @@ from gnnaas.cli.variants import (
     _DEFAULT_ARCHS,
     _DEFAULT_PRUNE,
     _add_plan_args,
-    _axes_options,
+    _plan_options,
     _train_config,
 )
 from gnnaas.errors import ConfigError
@@ -217,6 +217,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     from gnnaas.variants.repository import VariantRepository
 
     device = resolve_device(settings.device)
+    plan = _plan_options(args, _DEFAULT_ARCHS)  # before the dataset loads
     store = _load(args)
     repo = VariantRepository(settings.variants_dir)
     profiles = settings.profiles_dir
@@ -225,13 +226,12 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         store,
         repo,
         archs=_DEFAULT_ARCHS,
-        rankings=args.ranking,
         prunes=args.prune,
         config=_train_config(args),
         device=device,
         force=False,
         progress=_progress(args),
-        **_axes_options(args),
+        **plan,
     )
     pipeline = _pipeline(settings, device)
     current = has_profiles(

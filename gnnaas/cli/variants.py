@@ -43,6 +43,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gnnaas.variants.training import train_model
 
     device = resolve_device(settings.device)
+    _check_archs([args.arch])  # before the dataset loads
     store = _load(args)
     _say(args, f"training {args.arch} on {store.name} ({device})")
     result = train_model(
@@ -67,6 +68,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from gnnaas.variants.repository import VariantRepository
 
     device = resolve_device(settings.device)
+    plan = _plan_options(args, args.arch)  # before the dataset loads
     store = _load(args)
     out = settings.variants_dir
     repo = VariantRepository(out)
@@ -98,23 +100,40 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         store,
         repo,
         archs=archs,
-        rankings=args.ranking,
         prunes=args.prune,
         config=_train_config(args),
         device=device,
         force=force,
         progress=_progress(args),
         warm_start=warm,
-        **_axes_options(args),
+        **plan,
     )
     _print_generated(rows)
     return 0
 
 
-def _axes_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``generate_variants``'s axis arguments from ``--axes``, ``--fanouts``,
-    ``--width-divisors`` and ``--near``."""
+def _check_archs(archs: Sequence[str]) -> None:
+    """Refuses an unknown architecture (one :class:`ConfigError` line)."""
+    from gnnaas.models import Arch
+
+    for arch in archs:
+        Arch.parse(arch)
+
+
+def _plan_options(args: argparse.Namespace, archs: Sequence[str]) -> dict[str, Any]:
+    """``generate_variants``'s ``rankings`` and axis arguments (``--ranking``, ``--axes``,
+    ``--fanouts``, ``--width-divisors``, ``--near``), checked with ``archs`` before the dataset
+    loads, so that a typo fails in a moment rather than after loading a large graph. (A prune
+    factor above the number of features needs the dataset: ``generate_variants`` checks it.)
+
+    Raises:
+        ConfigError: an unknown architecture, ranking or axis, or malformed fanouts.
+    """
     from gnnaas.variants.axes import parse_axes
+    from gnnaas.variants.ranking import Ranking
+
+    _check_archs(archs)
+    rankings = [Ranking.parse(r).value for r in args.ranking]
 
     fanout_sets = None
     if args.fanouts is not None:
@@ -130,6 +149,7 @@ def _axes_options(args: argparse.Namespace) -> dict[str, Any]:
                 raise ConfigError(f"--fanouts values must be >= 1 (got {text!r})")
             fanout_sets.append(values)
     return {
+        "rankings": rankings,
         "axes": parse_axes(args.axes),
         "near": args.near,
         "width_divisors": args.width_divisors,
