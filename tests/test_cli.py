@@ -522,3 +522,23 @@ def test_report_checks_its_tie_margin(tmp_path: Path, capsys: pytest.CaptureFixt
     assert _one_error_line(capsys) == (
         "ConfigError: report: --tie-margin must be a number in [0, 10], as the server's (got '-1')"
     )
+
+
+def test_the_exact_pass_bar_counts_the_graphs_nodes_per_layer(
+    small_store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    variants, _ = write_tiny_repository(tmp_path, small_store)
+    argv = ["infer", "--dataset", small_store.name, "--variants", str(variants)]
+    argv += ["--variant", "sage-full-1x", "--out", str(tmp_path / "all.parquet")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert small_store.num_nodes == 3000 and "6.00k" not in err  # not nodes x layers
+    assert "infer sage-full-1x layer 1/2" in err and "infer sage-full-1x layer 2/2" in err
+    last = err.rstrip().splitlines()[-1].split("\r")[-1]
+    assert last.startswith("infer sage-full-1x layer 2/2: 100%")
+    assert "3.00k/3.00k" in err

@@ -42,10 +42,48 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+class _LayerBar:
+    """The exact pass's progress: one bar of the graph's nodes per layer ("layer 1/2"), since the
+    pass computes every node's state once per layer (a bar over nodes × layers would count twice
+    the nodes of a two-layer model's graph)."""
+
+    def __init__(self, desc: str, disable: bool) -> None:
+        self.desc, self.disable = desc, disable
+        self.bar: Any = None
+        self.num_nodes = self.num_layers = self.layer = self.done = 0
+
+    def start(self, num_nodes: int, num_layers: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.num_nodes, self.num_layers, self.layer, self.done = num_nodes, num_layers, 1, 0
+        self.bar = tqdm(
+            total=num_nodes,
+            desc=self._label(),
+            unit="node",
+            unit_scale=True,
+            disable=self.disable,
+        )
+
+    def _label(self) -> str:
+        return f"{self.desc} layer {self.layer}/{self.num_layers}"
+
+    def update(self, nodes: int) -> None:
+        if self.bar is None:
+            return
+        if self.done >= self.num_nodes and self.layer < self.num_layers:  # the next layer
+            self.layer, self.done = self.layer + 1, 0
+            self.bar.reset(total=self.num_nodes)
+            self.bar.set_description(self._label())
+        self.done += nodes
+        self.bar.update(nodes)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
     """The exact pass of ``--variant`` (default: the most accurate by validation) with a bar."""
-    from tqdm.auto import tqdm
-
     from gnnaas.variants.exact import exact_pass
     from gnnaas.variants.repository import VariantRepository
 
@@ -63,14 +101,8 @@ def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
         variant = max(trained, key=lambda m: m.metrics.get("val_acc", 0.0)).variant_id
     state_dir = settings.state_dir
     _say(args, f"exact layer-wise pass of {store.name}/{variant} ({args.backend})")
-    manifest = repo.manifest(store.name, variant)
-    with tqdm(
-        total=store.num_nodes * manifest.num_layers,
-        desc=f"{args.command} {variant}",
-        unit="node",
-        unit_scale=True,
-        disable=not _progress(args),
-    ) as bar:
+    bar = _LayerBar(f"{args.command} {variant}", disable=not _progress(args))
+    try:
         return exact_pass(
             store,
             repo,
@@ -81,7 +113,10 @@ def _exact_run(args: argparse.Namespace, embeddings: bool) -> Any:
             backend=args.backend,
             address=args.address,
             progress=bar.update,
+            on_start=bar.start,
         )
+    finally:
+        bar.close()
 
 
 def _print_exact(run: Any) -> None:
