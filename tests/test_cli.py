@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import subprocess
 import sys
@@ -542,3 +543,29 @@ def test_the_exact_pass_bar_counts_the_graphs_nodes_per_layer(
     last = err.rstrip().splitlines()[-1].split("\r")[-1]
     assert last.startswith("infer sage-full-1x layer 2/2: 100%")
     assert "3.00k/3.00k" in err
+
+
+def test_ray_config_warns_when_a_real_dataset_has_no_data_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray.serve")
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import tiny_store, write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    variants, profiles = write_tiny_repository(tmp_path, tiny_store("Cora"))
+    for name in ("GNNAAS_DATA", "GNNAAS_DATA_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "serve.yaml"
+    argv = ["-q", "ray-config", "--variants", str(variants), "--profiles", str(profiles)]
+    assert main([*argv, "-o", str(out)]) == 0
+    assert "data_root: null" in out.read_text()  # still written
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "ray-config: warning: Cora is a real dataset read from a data root, and none is set"
+    )
+    assert "--data-root DIR" in err[0]
+    assert main([*argv, "-o", str(out), "--data-root", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""
+    assert f"data_root: {json.dumps(str(tmp_path.resolve()))}" in out.read_text()

@@ -150,7 +150,35 @@ def _cmd_ray_config(args: argparse.Namespace) -> int:
     else:
         Path(args.output).write_text(text)
         _say(args, f"wrote {args.output}; deploy it with `serve deploy {args.output}`")
+    _warn_without_data_root(settings, ray_backend.servable_datasets(settings))
     return 0
+
+
+def _warn_without_data_root(settings: Any, datasets: list[str]) -> None:
+    """Warns (on stderr, even with ``-q``) about real datasets in a Ray config without a data
+    root: it says ``data_root: null`` and the replicas could not read their raw files."""
+    if settings.data_root is not None:
+        return
+    from gnnaas.data import dataset_info
+    from gnnaas.errors import GnnaasError
+
+    real = []
+    for name in datasets:
+        try:
+            if dataset_info(name).source not in ("synthetic", "imported"):
+                real.append(name)
+        except GnnaasError:  # a folder that is no dataset name: the replicas will say so
+            continue
+    if real:
+        one = len(real) == 1
+        print(
+            f"ray-config: warning: {', '.join(real)} {'is a' if one else 'are'} real "
+            f"dataset{'' if one else 's'} read from a data root, and none is set (--data-root, "
+            "GNNAAS_DATA_ROOT or GNNAAS_DATA): the config says data_root: null and the replicas "
+            f"cannot load {'it' if one else 'them'}; write it again with --data-root DIR (a "
+            "folder every node sees at the same path)",
+            file=sys.stderr,
+        )
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
