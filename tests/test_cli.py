@@ -77,6 +77,31 @@ def test_datasets_lists_real_and_synthetic(capsys: pytest.CaptureFixture[str]) -
     assert "2708" in out  # Cora's nodes
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_datasets_counts_the_stored_edges_of_a_built_synthetic_graph(
+    cached: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gnnaas.data.synthetic
+    from gnnaas.data import load_dataset
+
+    def row() -> list[str]:
+        assert main(["datasets"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return next(line.split() for line in lines if line.startswith("synth-small "))
+
+    monkeypatch.setenv("GNNAAS_CACHE", str(tmp_path))
+    if cached:  # as for the large presets: the graph itself is cached, its header is read
+        monkeypatch.setattr(gnnaas.data.synthetic, "_CACHE_MIN_SIZE", 0)
+    assert row()[2] == "~30000"  # never built here: the preset's target
+    store = load_dataset("synth-small", seed=0)
+    assert store.num_edges == 29956  # duplicate pairs and self loops dropped
+    assert row()[2] == "29956"  # as infer and compact count them
+    assert any(p.suffix == (".safetensors" if cached else ".json") for p in tmp_path.rglob("*"))
+
+
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     """The one error line; progress lines (``COMMAND: ...``) may precede it."""
     err = capsys.readouterr().err.strip().splitlines()

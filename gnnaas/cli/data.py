@@ -14,8 +14,17 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     _start(args, compute=False)
     from gnnaas.data import list_datasets
 
+    # A synthetic graph never built here has only its preset's target edge count: "~".
     rows = [
-        (d.name, d.num_nodes, d.num_edges, d.num_features, d.num_classes, d.multi_label, d.source)
+        (
+            d.name,
+            d.num_nodes,
+            d.num_edges if d.edges_exact else f"~{d.num_edges}",
+            d.num_features,
+            d.num_classes,
+            d.multi_label,
+            d.source,
+        )
         for d in list_datasets()
     ]
     _print_table(rows, ("name", "nodes", "edges", "features", "classes", "multi-label", "source"))

@@ -17,7 +17,7 @@ from gnnaas.config import from_environment
 from gnnaas.data.imported import IMPORTED_SOURCE, list_imported, load_imported
 from gnnaas.data.real import REAL_DATASETS, load_real
 from gnnaas.data.store import GraphStore
-from gnnaas.data.synthetic import PRESETS, load_synthetic, parse_synthetic_name
+from gnnaas.data.synthetic import PRESETS, load_synthetic, parse_synthetic_name, stored_edges
 from gnnaas.errors import ConfigError
 from gnnaas.typing import PathType
 
@@ -34,8 +34,11 @@ __all__ = [
 class DatasetInfo:
     """What ``gnnaas datasets`` lists, from static metadata (nothing is loaded).
 
-    For real datasets ``num_edges`` counts stored directed edges (an undirected edge twice); for
-    synthetic ones it is the preset's target, which the built graph lands near.
+    ``num_edges`` counts stored directed edges (an undirected edge twice), as ``GraphStore``,
+    ``gnnaas infer`` and ``gnnaas compact`` do. A synthetic graph's is the stored count when the
+    cache knows it (the graph was built with seed 0 once:
+    :func:`~gnnaas.data.synthetic.stored_edges`), else the preset's target, which the built graph
+    lands within 0.2% of (duplicate pairs and self loops dropped); ``edges_exact`` says which.
     """
 
     name: str
@@ -45,6 +48,7 @@ class DatasetInfo:
     num_classes: int
     multi_label: bool
     source: str
+    edges_exact: bool = True
 
 
 def _known_names() -> list[str]:
@@ -89,9 +93,10 @@ def dataset_info(name: str) -> DatasetInfo:
         return _imported_info(imported)
     preset, scale, canonical = parse_synthetic_name(key)
     cfg = PRESETS[preset].scaled(scale)
+    stored = stored_edges(canonical, seed=0, cache_dir=resolve_cache_dir())
     return DatasetInfo(
-        canonical, cfg.num_nodes, cfg.num_edges, cfg.num_features, cfg.num_classes,
-        cfg.multi_label, "synthetic",
+        canonical, cfg.num_nodes, cfg.num_edges if stored is None else stored, cfg.num_features,
+        cfg.num_classes, cfg.multi_label, "synthetic", edges_exact=stored is not None,
     )  # fmt: skip
 
 
