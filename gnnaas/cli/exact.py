@@ -153,11 +153,14 @@ def _cmd_precompute(args: argparse.Namespace) -> int:
     from gnnaas.variants.repository import VariantRepository
 
     run = _exact_run(args, embeddings=True)
-    manifest = precompute(VariantRepository(_settings(args).variants_dir), run)
+    settings = _settings(args)
+    manifest = precompute(VariantRepository(settings.variants_dir), run)
     _print_exact(run)
+    # Profiled on the graph it answers for: the live one when it was computed on it.
+    live = "" if settings.state_dir is None else f" --state-dir {settings.state_dir}"
     print(
         f"stored {manifest.variant_id}; profile it before serving: "
-        f"gnnaas profile --dataset {manifest.dataset} --only {manifest.variant_id}"
+        f"gnnaas profile --dataset {manifest.dataset} --only {manifest.variant_id}{live}"
     )
     return 0
 

@@ -41,6 +41,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     device = resolve_device(settings.device)
     store = _load(args)
+    if settings.state_dir is not None:
+        store = _live(args, store, settings.state_dir)
     out = settings.profiles_dir
     _say(args, f"profiling the variants of {store.name} on {device} into {out}")
     result = profile_dataset(
@@ -64,6 +66,24 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     else:
         print(f"profiled {result.num_profiled} variants -> {result.path}")
     return 0
+
+
+def _live(args: argparse.Namespace, store: Any, state_dir: Path) -> Any:
+    """``profile --state-dir``: the dataset as its live graph holds it now (every variant is
+    profiled on it: a precomputed one's answers cover its nodes, the others are timed on the
+    graph they are served on); the dataset itself when nothing was written yet."""
+    from gnnaas.data.live import live_store, state_folder
+
+    if not state_folder(state_dir, store.name).is_dir():
+        _say(args, f"no live state of {store.name} under {state_dir} yet: its graph as loaded")
+        return store
+    live, version = live_store(store, state_dir)
+    _say(
+        args,
+        f"live graph of {store.name} under {state_dir}: version {version}, "
+        f"{live.num_nodes:,} nodes, {live.num_edges:,} edges",
+    )
+    return live
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -284,7 +304,16 @@ def add_parsers(sub: Any) -> None:
         metavar="ID",
         default=None,
         help="time only these variants (e.g. one just added) and keep the others' timings; "
-        "every variant is re-scored for the paired accuracy intervals",
+        "every variant is re-scored for the paired accuracy intervals; if one cannot be timed, "
+        "nothing is written and the command fails",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="profile on the live graph of `serve --state-dir` as the folder holds it now (read "
+        "only): every variant, timed or re-scored, on the graph the server serves, as a "
+        "precomputed variant of that graph needs (default: $GNNAAS_STATE_DIR, else the "
+        "dataset's graph)",
     )
     p.set_defaults(func=_cmd_profile)
 

@@ -591,7 +591,12 @@ def _precomputed_answers(
     from gnnaas.inference.lookup import PrecomputedAnswers
 
     info = manifest.precomputed
-    redo = f"run `gnnaas precompute --dataset {store.name} --variant {info['base']}` again"
+    # The commands that make it routable again; on a live graph both read the state folder.
+    live = "" if settings.state_dir is None else f" --state-dir {settings.state_dir}"
+    redo = (
+        f"run `gnnaas precompute --dataset {store.name} --variant {info['base']}{live}`, then "
+        f"`gnnaas profile --dataset {store.name} --only {manifest.variant_id}{live}`"
+    )
     tables = repo.load_answers(manifest)
     answers = PrecomputedAnswers(
         tables["logits"], tables.get("embeddings"), int(info["graph_version"])
