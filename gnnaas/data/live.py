@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import struct
@@ -65,6 +66,8 @@ __all__ = [
     "state_folder",
     "writes_since",
 ]
+
+_log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<IIQ")  # payload length, crc32 of the payload, graph version after it
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
@@ -741,7 +744,16 @@ def open_live(
         valid = max((end for _, _, end in records), default=0)
         valid = max(valid, _last_end(path))
         if path.exists() and path.stat().st_size > valid:
+            _log.warning(
+                "%s: cut a torn last record (%d bytes) off %s: a crash while it was written, "
+                "so it was never acknowledged",
+                store.name,
+                path.stat().st_size - valid,
+                path,
+            )
             WriteLog.truncate(path, valid)  # a torn last record: never acknowledged
+        name, replayed = store.name, len(records)
+        _log.info("%s: replayed %d log records (graph version %d)", name, replayed, graph.version)
         return graph, WriteLog(path), lock
     except BaseException:
         lock.__exit__(None, None, None)
