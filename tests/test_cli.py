@@ -594,3 +594,25 @@ def test_ray_config_warns_when_a_real_dataset_has_no_data_root(
     assert main([*argv, "-o", str(out), "--data-root", str(tmp_path)]) == 0
     assert capsys.readouterr().err == ""
     assert f"data_root: {json.dumps(str(tmp_path.resolve()))}" in out.read_text()
+
+
+def test_profile_says_what_it_does_after_its_bar(
+    small_store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    variants, profiles = write_tiny_repository(tmp_path, small_store)
+    argv = ["--threads", "1", "profile", "--dataset", small_store.name, "--variants", str(variants)]
+    assert main([*argv, "--out", str(profiles), "--runs", "2", "--only", "sage-full-1x"]) == 0
+    lines = [line.split("\r")[-1] for line in capsys.readouterr().err.splitlines()]
+    said = [line for line in lines if line.startswith("profile: ")]
+    assert said[-3:] == [
+        "profile: timing the service curves of 1 variant(s) in interleaved rounds",
+        "profile: bootstrapping the paired accuracy intervals of 2 variant(s)",
+        f"profile: writing profiles.csv and service_times.csv to {profiles / small_store.name}",
+    ]
+    bar = [i for i, line in enumerate(lines) if line.startswith(f"profile {small_store.name}:")]
+    assert bar and lines.index(said[-3]) > max(bar)  # after the bar's last line

@@ -54,6 +54,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         device=device,
         progress=_progress(args),
         only=args.only,
+        on_phase=lambda message: _say(args, message),
         **_pipeline(settings, device),
     )
     for variant_id, reason in result.skipped:
@@ -272,6 +273,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             runs=args.runs,
             device=device,
             progress=_progress(args),
+            on_phase=lambda message: _say(args, message),
             **pipeline,
         )
     print(f"ready: {len(repo.list(store.name))} variants of {store.name}")

@@ -15,6 +15,7 @@ from gnnaas.cli.common import (
     _add_quiet,
     _add_served_folders,
     _positive_int,
+    _quiet,
     _say,
 )
 from gnnaas.errors import ConfigError
@@ -233,6 +234,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
+        if not _quiet(args):  # each start-up phase says so: graphs, replayed logs, warm-up
+            logging.getLogger("gnnaas").setLevel(logging.INFO)
         from gnnaas.serving.http.app import create_app
 
         app = create_app(settings, reload_on_sighup=True)

@@ -63,7 +63,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -508,6 +508,7 @@ def profile_dataset(
     only: Sequence[str] | None = None,
     inline_max_nodes: int = INLINE_MAX_NODES,
     feature_cache_mb: float = 0.0,
+    on_phase: Callable[[str], None] | None = None,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
@@ -557,6 +558,10 @@ def profile_dataset(
         feature_cache_mb (float, optional): the server's ``GNNAAS_FEATURE_CACHE_MB``: profile
             with the device feature caches it would build (see the module docstring), on
             whatever ``device`` is given; ``0`` profiles without. (default: ``0.0``)
+        on_phase (Callable[[str], None], optional): called with a short description when a
+            phase after the bar over variants starts (the service curves, the accuracy
+            intervals, the files), so that a command can say what it does meanwhile.
+            (default: ``None``)
 
     Returns:
         ProfileResult: paths written, number profiled, skipped variants with their reasons.
@@ -618,6 +623,7 @@ def profile_dataset(
             only=only,
             inline_max_nodes=inline_max_nodes,
             feature_cache_mb=feature_cache_mb,
+            on_phase=on_phase or (lambda message: None),
         )
     finally:
         torch.set_num_threads(previous_threads)
@@ -661,6 +667,7 @@ def _profile_dataset(
     only: Sequence[str] | None = None,
     inline_max_nodes: int = INLINE_MAX_NODES,
     feature_cache_mb: float = 0.0,
+    on_phase: Callable[[str], None],
 ) -> ProfileResult:
     from tqdm.auto import tqdm
 
@@ -802,6 +809,10 @@ def _profile_dataset(
             )
             executors[variant_id] = executor
             del loaded, inference, executor, cache
+        if executors:
+            on_phase(
+                f"timing the service curves of {len(executors)} variant(s) in interleaved rounds"
+            )
         service_rows = kept_curves + (prof.service_times(executors) if executors else [])
     finally:
         prof.close()
@@ -813,8 +824,10 @@ def _profile_dataset(
     if untimed:  # --only X that X could not be timed: keep every file as it was
         reasons = "; ".join(f"{v}: {r}" for v, r in untimed)
         raise ArtifactError(f"could not time {reasons}; no profile was changed")
+    on_phase(f"bootstrapping the paired accuracy intervals of {len(rows) // 2} variant(s)")
     add_accuracy_intervals(rows, parts)
     folder = Path(out_dir) / store.name
+    on_phase(f"writing {PROFILES_FILE} and {SERVICE_TIMES_FILE} to {folder}")
     path = write_profiles(rows, folder / PROFILES_FILE)
     service_path = write_service_times(service_rows, folder / SERVICE_TIMES_FILE)
     num_profiled = len({r["variant"] for r in rows})

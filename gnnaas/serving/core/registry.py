@@ -411,6 +411,7 @@ class VariantRegistry:
                     raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
                 notes.append(f"dataset {name} skipped: {problem}")
                 continue
+            _log.info("dataset %s: loading its graph and %d variants", name, len(manifests))
             try:
                 store = load_dataset(
                     name, settings.data_root, seed=manifests[0].seed, cache_dir=settings.cache_dir

@@ -432,6 +432,7 @@ class Router:
                         gate=self._gate,
                     )
             if self.settings.warmup:
+                _log.info("warming up %d variants (one forward each)", len(lanes))
                 for (ds_name, v_id), lane in lanes.items():
                     warm = [ExecRequest(torch.zeros(1, dtype=torch.long), output="proba")]
                     try:
