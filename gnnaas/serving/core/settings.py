@@ -70,6 +70,10 @@ class Settings(SharedSettings):
         supervisor_pid (int, optional): the ``gnnaas serve --workers`` supervisor this process
             serves under (set by it): ``POST /v1/admin/reload`` points at its SIGHUP.
             (default: ``None``)
+        generation (int): the generation the served set starts at (``GNNAAS_GENERATION``): the
+            ``gnnaas serve --workers`` supervisor counts the SIGHUPs that replaced its workers
+            and starts the new ones at ``1 +`` that count, so that ``/metrics`` shows the
+            reloads of the server, not of the fresh process. (default: ``1``)
     """
 
     datasets: list[str] | None = None
@@ -88,6 +92,7 @@ class Settings(SharedSettings):
     admin_token: SecretStr | None = None
     shared_store_dir: Path | None = None
     supervisor_pid: int | None = Field(default=None, ge=1)
+    generation: int = Field(default=1, ge=1)
     write_token: SecretStr | None = None
 
     @field_validator("admin_token", "write_token", mode="before")
