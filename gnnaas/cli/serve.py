@@ -187,6 +187,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.check_port:
         sock.close()
         return 0
+    package_log = logging.getLogger("gnnaas")
+    package_level = package_log.level  # restored when serve returns (main() called in-process)
     try:
         if args.threads is not None:  # the server's own threads are its torch_threads
             import torch
@@ -235,7 +237,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
         if not _quiet(args):  # each start-up phase says so: graphs, replayed logs, warm-up
-            logging.getLogger("gnnaas").setLevel(logging.INFO)
+            package_log.setLevel(logging.INFO)
         from gnnaas.serving.http.app import create_app
 
         app = create_app(settings, reload_on_sighup=True)
@@ -249,6 +251,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             pass
     finally:
         sock.close()
+        package_log.setLevel(package_level)
     return 0 if server.started else 3  # uvicorn's exit code for a failed start-up
 
 
