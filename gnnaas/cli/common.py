@@ -201,7 +201,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-root",
         default=None,
-        help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
+        help="folder holding <Class>/<Name>/raw/ of real datasets "
+        "(default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed for splits, sampling, init (default: 0)"

@@ -349,7 +349,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--data-root",
         default=None,
-        help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
+        help="folder holding <Class>/<Name>/raw/ of real datasets "
+        "(default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
     )
     p.add_argument(
         "--seed",
