@@ -95,11 +95,15 @@ def micro(dataset: str, variants_dir: Path, ids: list[str], calls: int) -> dict[
 
 
 def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) -> dict[str, Any]:
+    from gnnaas.config import SharedSettings
     from gnnaas.data import load_dataset
+    from gnnaas.inference.settings import apply_execution_settings
     from gnnaas.sampling import serving_sampler
     from gnnaas.variants.repository import VariantRepository
 
     torch.set_num_threads(1)
+    settings = SharedSettings()  # GNNAAS_FAST_SAMPLER, as a command applies it when it starts
+    apply_execution_settings(fused_forward=True, fast_sampler=settings.fast_sampler)
     store = load_dataset(dataset)
     sampler = serving_sampler(store.rowptr, store.col, (25, 10))
     g = torch.Generator().manual_seed(0)

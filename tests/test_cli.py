@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import subprocess
 import sys
@@ -40,6 +41,32 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
     assert "usage: gnnaas" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", [*COMMANDS, "variants add"])
+def test_an_unknown_option_is_the_commands_error(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Also when a required option is missing: the unknown one is what the user mistyped.
+    with pytest.raises(SystemExit) as exc:
+        main([*command.split(), "--nope"])
+    assert exc.value.code == 2  # argparse's convention
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: gnnaas {command} ")
+    assert err.strip().splitlines()[-1] == (
+        f"gnnaas {command}: error: unrecognized arguments: --nope"
+    )
+
+
+def test_an_unknown_top_level_option_is_the_top_levels_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--nope", "datasets"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gnnaas [-h]")
+    assert err.strip().splitlines()[-1] == "gnnaas: error: unrecognized arguments: --nope"
+
+
 def test_datasets_lists_real_and_synthetic(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
@@ -48,6 +75,31 @@ def test_datasets_lists_real_and_synthetic(capsys: pytest.CaptureFixture[str]) -
     for name in ("Cora", "PubMed", "synth-flickr", "synth-products", "synth-small"):
         assert name in out
     assert "2708" in out  # Cora's nodes
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_datasets_counts_the_stored_edges_of_a_built_synthetic_graph(
+    cached: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gnnaas.data.synthetic
+    from gnnaas.data import load_dataset
+
+    def row() -> list[str]:
+        assert main(["datasets"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return next(line.split() for line in lines if line.startswith("synth-small "))
+
+    monkeypatch.setenv("GNNAAS_CACHE", str(tmp_path))
+    if cached:  # as for the large presets: the graph itself is cached, its header is read
+        monkeypatch.setattr(gnnaas.data.synthetic, "_CACHE_MIN_SIZE", 0)
+    assert row()[2] == "~30000"  # never built here: the preset's target
+    store = load_dataset("synth-small", seed=0)
+    assert store.num_edges == 29956  # duplicate pairs and self loops dropped
+    assert row()[2] == "29956"  # as infer and compact count them
+    assert any(p.suffix == (".safetensors" if cached else ".json") for p in tmp_path.rglob("*"))
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -211,6 +263,37 @@ def test_unknown_ranking_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     line = _one_error_line(capsys)
     assert line.startswith("ConfigError:") and "magic" in line
     assert not any(tmp_path.iterdir())  # nothing was trained or written
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["generate", "--arch", "gat"], "gat"),
+        (["generate", "--ranking", "magic"], "magic"),
+        (["generate", "--axes", "features", "colour"], "colour"),
+        (["generate", "--fanouts", "10.x"], "10.x"),
+        (["prepare", "--ranking", "magic"], "magic"),
+        (["train", "--arch", "gat"], "gat"),
+    ],
+)
+def test_a_bad_plan_fails_before_the_dataset_loads(
+    argv: list[str],
+    word: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gnnaas.data
+
+    def load_dataset(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the dataset was loaded")
+
+    monkeypatch.setattr(gnnaas.data, "load_dataset", load_dataset)
+    monkeypatch.setenv("GNNAAS_VARIANTS_DIR", str(tmp_path / "v"))
+    assert main([*argv, "--dataset", "synth-small", "--device", "cpu"]) == 1
+    line = _one_error_line(capsys)
+    assert line.startswith("ConfigError:") and word in line
+    assert not (tmp_path / "v").exists()
 
 
 def test_cuda_on_cpu_machine_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -465,3 +548,71 @@ def test_report_checks_its_tie_margin(tmp_path: Path, capsys: pytest.CaptureFixt
     assert _one_error_line(capsys) == (
         "ConfigError: report: --tie-margin must be a number in [0, 10], as the server's (got '-1')"
     )
+
+
+def test_the_exact_pass_bar_counts_the_graphs_nodes_per_layer(
+    small_store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    variants, _ = write_tiny_repository(tmp_path, small_store)
+    argv = ["infer", "--dataset", small_store.name, "--variants", str(variants)]
+    argv += ["--variant", "sage-full-1x", "--out", str(tmp_path / "all.parquet")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert small_store.num_nodes == 3000 and "6.00k" not in err  # not nodes x layers
+    assert "infer sage-full-1x layer 1/2" in err and "infer sage-full-1x layer 2/2" in err
+    last = err.rstrip().splitlines()[-1].split("\r")[-1]
+    assert last.startswith("infer sage-full-1x layer 2/2: 100%")
+    assert "3.00k/3.00k" in err
+
+
+def test_ray_config_warns_when_a_real_dataset_has_no_data_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray.serve")
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import tiny_store, write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    variants, profiles = write_tiny_repository(tmp_path, tiny_store("Cora"))
+    for name in ("GNNAAS_DATA", "GNNAAS_DATA_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "serve.yaml"
+    argv = ["-q", "ray-config", "--variants", str(variants), "--profiles", str(profiles)]
+    assert main([*argv, "-o", str(out)]) == 0
+    assert "data_root: null" in out.read_text()  # still written
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "ray-config: warning: Cora is a real dataset read from a data root, and none is set"
+    )
+    assert "--data-root DIR" in err[0]
+    assert main([*argv, "-o", str(out), "--data-root", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""
+    assert f"data_root: {json.dumps(str(tmp_path.resolve()))}" in out.read_text()
+
+
+def test_profile_says_what_it_does_after_its_bar(
+    small_store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    variants, profiles = write_tiny_repository(tmp_path, small_store)
+    argv = ["--threads", "1", "profile", "--dataset", small_store.name, "--variants", str(variants)]
+    assert main([*argv, "--out", str(profiles), "--runs", "2", "--only", "sage-full-1x"]) == 0
+    lines = [line.split("\r")[-1] for line in capsys.readouterr().err.splitlines()]
+    said = [line for line in lines if line.startswith("profile: ")]
+    assert said[-3:] == [
+        "profile: timing the service curves of 1 variant(s) in interleaved rounds",
+        "profile: bootstrapping the paired accuracy intervals of 2 variant(s)",
+        f"profile: writing profiles.csv and service_times.csv to {profiles / small_store.name}",
+    ]
+    bar = [i for i, line in enumerate(lines) if line.startswith(f"profile {small_store.name}:")]
+    assert bar and lines.index(said[-3]) > max(bar)  # after the bar's last line

@@ -10,6 +10,8 @@ import pytest
 PACKAGES = [
     "gnnaas",
     "gnnaas.errors",
+    "gnnaas.cli",
+    "gnnaas.config",
     "gnnaas.data",
     "gnnaas.sampling",
     "gnnaas.models",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from gnnaas.config import from_environment
 from gnnaas.data.real import REAL_DATASETS
 from gnnaas.data.splits import choose_split
 from gnnaas.data.store import GraphStore
@@ -51,16 +52,18 @@ _TENSORS = ("rowptr", "col", "x", "y", "own_train", "own_val", "own_test")
 
 
 def resolve_home_dir(home: PathType | None = None) -> Path:
-    """gnnaas's data home: ``home``, else ``$GNNAAS_HOME``, else ``~/.local/share/gnnaas``.
+    """gnnaas's data home: ``home``, else ``$GNNAAS_HOME`` (the settings' ``home_dir``,
+    :func:`gnnaas.config.from_environment`), else ``~/.local/share/gnnaas``.
 
     Example:
         >>> resolve_home_dir("/srv/gnnaas")
         PosixPath('/srv/gnnaas')
     """
+    if home is None:
+        home = from_environment().home_dir  # GNNAAS_HOME
     if home is not None:
         return Path(home).expanduser()
-    env = os.environ.get("GNNAAS_HOME", "").strip()
-    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "gnnaas"
+    return Path.home() / ".local" / "share" / "gnnaas"
 
 
 def _datasets_dir(home: Path) -> Path:

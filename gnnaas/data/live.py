@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import struct
@@ -60,10 +61,13 @@ __all__ = [
     "WriteError",
     "WriteLog",
     "compact",
+    "live_store",
     "read_live",
     "state_folder",
     "writes_since",
 ]
+
+_log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<IIQ")  # payload length, crc32 of the payload, graph version after it
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]")
@@ -740,7 +744,16 @@ def open_live(
         valid = max((end for _, _, end in records), default=0)
         valid = max(valid, _last_end(path))
         if path.exists() and path.stat().st_size > valid:
+            _log.warning(
+                "%s: cut a torn last record (%d bytes) off %s: a crash while it was written, "
+                "so it was never acknowledged",
+                store.name,
+                path.stat().st_size - valid,
+                path,
+            )
             WriteLog.truncate(path, valid)  # a torn last record: never acknowledged
+        name, replayed = store.name, len(records)
+        _log.info("%s: replayed %d log records (graph version %d)", name, replayed, graph.version)
         return graph, WriteLog(path), lock
     except BaseException:
         lock.__exit__(None, None, None)
@@ -828,6 +841,42 @@ def read_live(store: Any, state_dir: Path | str) -> LiveGraph:
         if graph.version != v:
             raise ArtifactError(f"live graph log {path}: record of version {v} out of order")
     return graph
+
+
+def live_store(store: Any, state_dir: Path | str) -> tuple[Any, int]:
+    """The dataset as its live graph under ``state_dir`` holds it now, as a ``GraphStore``, and
+    the graph's version (read only, as :func:`read_live`): what ``gnnaas profile --state-dir``
+    measures, so that a precomputed variant's answers (one row per node of the live graph) and
+    the trained variants are profiled on the graph the server serves. New nodes have no label
+    (0; no class when multi-label) and are in no split: accuracy stays measured on the dataset's
+    validation and test nodes, with the neighborhoods they have now.
+
+    Raises:
+        ArtifactError: the snapshot cannot be read or the log does not fit it.
+    """
+    from gnnaas.data.store import GraphStore
+
+    graph = read_live(store, state_dir)
+    rowptr, col = graph.merged_csr()
+    n = graph.num_nodes
+    y = store.y
+    if n > y.size(0):  # [N + new] with zero rows for the new nodes
+        y = torch.cat([y, y.new_zeros((n - y.size(0), *y.shape[1:]))])
+    current = GraphStore(
+        name=store.name,
+        rowptr=rowptr,
+        col=col,
+        x=graph.features()[:n],
+        y=y,
+        num_classes=store.num_classes,
+        multi_label=store.multi_label,
+        train_idx=store.train_idx,
+        val_idx=store.val_idx,
+        test_idx=store.test_idx,
+        informative=store.informative,
+        source=store.source,
+    )
+    return current, graph.version
 
 
 def writes_since(store: Any, state_dir: Path | str, version: int) -> list[Write] | None:

@@ -10,14 +10,14 @@ with ``gnnaas import`` (source ``imported``, kept under ``$GNNAAS_HOME``, else
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnnaas.config import from_environment
 from gnnaas.data.imported import IMPORTED_SOURCE, list_imported, load_imported
 from gnnaas.data.real import REAL_DATASETS, load_real
 from gnnaas.data.store import GraphStore
-from gnnaas.data.synthetic import PRESETS, load_synthetic, parse_synthetic_name
+from gnnaas.data.synthetic import PRESETS, load_synthetic, parse_synthetic_name, stored_edges
 from gnnaas.errors import ConfigError
 from gnnaas.typing import PathType
 
@@ -34,8 +34,11 @@ __all__ = [
 class DatasetInfo:
     """What ``gnnaas datasets`` lists, from static metadata (nothing is loaded).
 
-    For real datasets ``num_edges`` counts stored directed edges (an undirected edge twice); for
-    synthetic ones it is the preset's target, which the built graph lands near.
+    ``num_edges`` counts stored directed edges (an undirected edge twice), as ``GraphStore``,
+    ``gnnaas infer`` and ``gnnaas compact`` do. A synthetic graph's is the stored count when the
+    cache knows it (the graph was built with seed 0 once:
+    :func:`~gnnaas.data.synthetic.stored_edges`), else the preset's target, which the built graph
+    lands within 0.2% of (duplicate pairs and self loops dropped); ``edges_exact`` says which.
     """
 
     name: str
@@ -45,6 +48,7 @@ class DatasetInfo:
     num_classes: int
     multi_label: bool
     source: str
+    edges_exact: bool = True
 
 
 def _known_names() -> list[str]:
@@ -89,9 +93,10 @@ def dataset_info(name: str) -> DatasetInfo:
         return _imported_info(imported)
     preset, scale, canonical = parse_synthetic_name(key)
     cfg = PRESETS[preset].scaled(scale)
+    stored = stored_edges(canonical, seed=0, cache_dir=resolve_cache_dir())
     return DatasetInfo(
-        canonical, cfg.num_nodes, cfg.num_edges, cfg.num_features, cfg.num_classes,
-        cfg.multi_label, "synthetic",
+        canonical, cfg.num_nodes, cfg.num_edges if stored is None else stored, cfg.num_features,
+        cfg.num_classes, cfg.multi_label, "synthetic", edges_exact=stored is not None,
     )  # fmt: skip
 
 
@@ -103,11 +108,13 @@ def list_datasets() -> list[DatasetInfo]:
 
 
 def resolve_cache_dir(cache_dir: PathType | None = None) -> Path:
-    """The writable cache: ``cache_dir``, else ``$GNNAAS_CACHE``, else ``~/.cache/gnnaas``."""
+    """The writable cache: ``cache_dir``, else ``$GNNAAS_CACHE`` (the settings' ``cache_dir``,
+    :func:`gnnaas.config.from_environment`), else ``~/.cache/gnnaas``."""
+    if cache_dir is None:
+        cache_dir = from_environment().cache_dir
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    env = os.environ.get("GNNAAS_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "gnnaas"
+    return Path.home() / ".cache" / "gnnaas"
 
 
 def load_dataset(
@@ -122,8 +129,9 @@ def load_dataset(
     Args:
         name (str): dataset name, case-insensitive (see :func:`list_datasets`).
         data_root (str or PathLike, optional): folder holding ``<Class>/<Name>/raw/`` of real
-            datasets; falls back to ``$GNNAAS_DATA``. Only read, never written. Synthetic
-            and imported datasets ignore it. (default: :obj:`None`)
+            datasets; falls back to ``$GNNAAS_DATA_ROOT`` or ``$GNNAAS_DATA`` (the settings'
+            ``data_root``, :func:`gnnaas.config.from_environment`). Only read, never written.
+            Synthetic and imported datasets ignore it. (default: :obj:`None`)
         seed (int, optional): seed of the synthetic generator and of the stratified split.
             (default: ``0``)
         cache_dir (str or PathLike, optional): writable folder for processed files
@@ -148,11 +156,10 @@ def load_dataset(
         return load_synthetic(info.name, seed=seed, cache_dir=cache)
     spec = REAL_DATASETS[info.name.lower()]
     if data_root is None or (isinstance(data_root, str) and not data_root.strip()):
-        env = os.environ.get("GNNAAS_DATA", "").strip()
-        if not env:
+        data_root = from_environment().data_root  # GNNAAS_DATA_ROOT or GNNAAS_DATA
+        if data_root is None:
             raise ConfigError(
                 f"dataset '{info.name}' needs a data root: pass --data-root DIR (or set "
                 f"GNNAAS_DATA=DIR) where DIR holds {spec.group}/{spec.folder}/raw/"
             )
-        data_root = env
     return load_real(spec, Path(data_root).expanduser().absolute(), seed=seed, cache_dir=cache)

@@ -26,6 +26,7 @@ not exactly on, the preset.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -49,6 +50,7 @@ __all__ = [
     "load_synthetic",
     "make_synthetic",
     "parse_synthetic_name",
+    "stored_edges",
 ]
 
 _log = logging.getLogger(__name__)
@@ -457,7 +459,63 @@ def load_synthetic(name: str, *, seed: int = 0, cache_dir: Path | None = None) -
     store = make_synthetic(cfg, canonical, seed=seed)
     if path is not None:
         _write_cached(path, store, cfg, seed)
+    elif cache_dir is not None:
+        _write_counts(cache_dir, canonical, cfg, seed, store.num_edges)
     return store
+
+
+def _counts_file(cache_dir: Path, name: str, seed: int) -> Path:
+    return _cache_file(cache_dir, name, seed).with_suffix(".json")
+
+
+def _write_counts(cache_dir: Path, name: str, cfg: SyntheticConfig, seed: int, edges: int) -> None:
+    """Records a built graph that is too small to cache: its stored edge count, for
+    :func:`stored_edges` (``gnnaas datasets``)."""
+    path = _counts_file(cache_dir, name, seed)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"config": repr(asdict(cfg)), "num_edges": int(edges)}))
+        os.replace(tmp, path)
+    except OSError as exc:  # only costs `gnnaas datasets` the exact count
+        _log.debug("could not record the edges of %s in %s: %s", name, path.parent, exc)
+        tmp.unlink(missing_ok=True)
+
+
+def stored_edges(name: str, *, seed: int = 0, cache_dir: Path | None = None) -> int | None:
+    """The stored edge count of ``synth-<preset>[@<scale>]`` as built with ``seed``, without
+    building it: from the cached graph's header, or the count recorded when a graph too small to
+    cache was built; ``None`` when neither is in ``cache_dir`` (the preset's ``num_edges`` is then
+    only the target: the generator stops within 0.2% of it, duplicates and self loops dropped).
+
+    Example:
+        >>> stored_edges("synth-small", cache_dir=Path("/nonexistent")) is None
+        True
+    """
+    if cache_dir is None:
+        return None
+    preset, scale, canonical = parse_synthetic_name(name)
+    cfg = PRESETS[preset].scaled(scale)
+    counts = _counts_file(cache_dir, canonical, seed)
+    try:
+        record = json.loads(counts.read_text())
+        if record.get("config") == repr(asdict(cfg)):
+            return int(record["num_edges"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    cached = _cache_file(cache_dir, canonical, seed)
+    if not cached.is_file():
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(cached), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("config") != repr(asdict(cfg)) or meta.get("seed") != str(seed):
+                return None
+            return int(f.get_slice("col").get_shape()[0])
+    except Exception:  # a corrupt cache file is rebuilt at the next load
+        return None
 
 
 def _read_cached(path: Path, name: str, cfg: SyntheticConfig, seed: int) -> GraphStore | None:

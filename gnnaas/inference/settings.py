@@ -6,7 +6,9 @@ threads, the fused forward (:attr:`gnnaas.models.GNN.fused_eval`), the compiled 
 calling thread), the device, and the torch and gnnaas versions. The profiler writes
 :func:`execution_settings` into every row of ``service_times.csv``; the server compares them
 with its own (:func:`settings_mismatch`) and never routes on a curve measured under others
-without re-timing it.
+without re-timing it. :func:`apply_execution_settings` sets the two process-wide switches (fused
+forward, compiled sampler) from a command's or the server's settings when it starts; nothing reads
+them from the environment at import.
 
 Example:
     >>> recorded = {"threads": 2, "device": "cpu"}
@@ -24,7 +26,13 @@ import torch
 
 from gnnaas.typing import Device
 
-__all__ = ["SETTING_COLUMNS", "device_name", "execution_settings", "settings_mismatch"]
+__all__ = [
+    "SETTING_COLUMNS",
+    "apply_execution_settings",
+    "device_name",
+    "execution_settings",
+    "settings_mismatch",
+]
 
 SETTING_COLUMNS: tuple[str, ...] = (
     "threads",
@@ -36,6 +44,27 @@ SETTING_COLUMNS: tuple[str, ...] = (
     "gnnaas_version",
 )
 """The settings recorded with every service curve point, in file order."""
+
+
+def apply_execution_settings(*, fused_forward: bool, fast_sampler: bool) -> None:
+    """Sets this process's switches of the forward pass and the sampler, which
+    :func:`execution_settings` then reports: :attr:`GNN.fused_eval
+    <gnnaas.models.GNN.fused_eval>` (the class default; an instance may still override it) and
+    :func:`gnnaas.sampling.fastpath.configure`.
+
+    A command or the server calls it when it starts, with its settings' ``fused_forward`` and
+    ``fast_sampler`` (:class:`gnnaas.config.SharedSettings`: ``GNNAAS_FUSED_FORWARD``,
+    ``GNNAAS_FAST_SAMPLER``).
+
+    Args:
+        fused_forward (bool): eval-mode forwards on blocks run the fused layers.
+        fast_sampler (bool): CPU batches may take the compiled sampler (when numba is there).
+    """
+    from gnnaas.models import GNN
+    from gnnaas.sampling import fastpath
+
+    GNN.fused_eval = bool(fused_forward)
+    fastpath.configure(fast_sampler)
 
 
 def device_name(device: Device) -> str:

@@ -15,7 +15,6 @@ One :meth:`GNN.forward` serves both ways of running a model:
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from enum import StrEnum
@@ -164,10 +163,12 @@ class GNN(torch.nn.Module):
     """The precision of the linear layers, one of :data:`gnnaas.models.PRECISIONS`: ``"int8"``
     on the inference-only copies :func:`~gnnaas.models.quantize_int8` returns (their
     :meth:`train` refuses training mode)."""
-    fused_eval: bool = os.environ.get("GNNAAS_FUSED_FORWARD", "1") != "0"
-    """Run eval-mode forwards on blocks through :meth:`fused_layer` (default; the environment
-    variable ``GNNAAS_FUSED_FORWARD=0``, read at import, or ``False`` on an instance runs PyG's
-    convolutions instead, e.g. to compare)."""
+    fused_eval: bool = True
+    """Run eval-mode forwards on blocks through :meth:`fused_layer` (default). ``False`` on an
+    instance, or on the class for the whole process (a command or the server sets it from its
+    ``fused_forward`` setting, ``GNNAAS_FUSED_FORWARD``, when it starts:
+    :func:`gnnaas.inference.settings.apply_execution_settings`), runs PyG's convolutions instead,
+    e.g. to compare."""
     train_fanouts: tuple[int, ...] | None = None
     """The fanouts (PyG order) the weights were trained with, when known (set when a
     gnnaas-trained variant is loaded). A sum aggregation (GIN) learned the scale of sums over at

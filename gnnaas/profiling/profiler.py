@@ -63,7 +63,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -387,11 +387,22 @@ def _answers(
     if manifest.precomputed is None:
         return None
     tables = repo.load_answers(manifest)
-    if tables["logits"].size(0) != store.num_nodes:
+    answered, version = tables["logits"].size(0), int(manifest.precomputed["graph_version"])
+    if answered != store.num_nodes:
+        redo = (
+            f"`gnnaas precompute --dataset {store.name} --variant "
+            f"{manifest.precomputed['base']}` (with the server's --state-dir for a live graph)"
+        )
+        if version > 0:  # the answers of a live graph: profile on that graph
+            raise ArtifactError(
+                f"its answers cover {answered} nodes, those of the live graph at version "
+                f"{version}, and {store.name} as profiled here has {store.num_nodes}; profile "
+                f"it with --state-dir (the server's) to time it on the live graph, or run {redo} "
+                "again"
+            )
         raise ArtifactError(
-            f"its answers cover {tables['logits'].size(0)} nodes, {store.name} has "
-            f"{store.num_nodes}; run `gnnaas precompute --dataset {store.name} --variant "
-            f"{manifest.precomputed['base']}` again"
+            f"its answers cover {answered} nodes, {store.name} as profiled here has "
+            f"{store.num_nodes}; run {redo} again"
         )
     return PrecomputedAnswers(
         tables["logits"], tables.get("embeddings"), manifest.precomputed["graph_version"]
@@ -497,11 +508,14 @@ def profile_dataset(
     only: Sequence[str] | None = None,
     inline_max_nodes: int = INLINE_MAX_NODES,
     feature_cache_mb: float = 0.0,
+    on_phase: Callable[[str], None] | None = None,
 ) -> ProfileResult:
     """Profiles every variant of ``store`` and writes ``<out_dir>/<dataset>/profiles.csv``.
 
     Args:
-        store (GraphStore): the dataset (full graph; its name selects the variants).
+        store (GraphStore): the dataset (full graph; its name selects the variants), or its
+            live graph as a server's state folder holds it (:func:`gnnaas.data.live.live_store`,
+            ``gnnaas profile --state-dir``).
         repo (VariantRepository): where the variants are.
         out_dir (str or PathLike): the profiles folder (``profiles``); files go to
             ``<out_dir>/<store.name>/``.
@@ -539,18 +553,24 @@ def profile_dataset(
         only (Sequence[str], optional): time only these variants (a new or changed one) and
             keep every other variant's latency rows and service curve from the existing
             files; all variants are still scored (untimed), so the paired accuracy intervals
-            stay comparable. Needs existing profiles of the dataset. (default: ``None``)
+            stay comparable. Needs existing profiles of the dataset. When one of them cannot
+            be timed, nothing is written. (default: ``None``)
         feature_cache_mb (float, optional): the server's ``GNNAAS_FEATURE_CACHE_MB``: profile
             with the device feature caches it would build (see the module docstring), on
             whatever ``device`` is given; ``0`` profiles without. (default: ``0.0``)
+        on_phase (Callable[[str], None], optional): called with a short description when a
+            phase after the bar over variants starts (the service curves, the accuracy
+            intervals, the files), so that a command can say what it does meanwhile.
+            (default: ``None``)
 
     Returns:
         ProfileResult: paths written, number profiled, skipped variants with their reasons.
 
     Raises:
         ArtifactError: the repository has no variant of the dataset, or none could be profiled;
-            with ``only``: no existing profiles, an unknown id, or another variant missing
-            from the existing profiles.
+            with ``only``: no existing profiles, an unknown id, another variant missing
+            from the existing profiles, or one of ``only`` that could not be timed (its reason;
+            the files are left as they were).
 
     Example:
         >>> repo = VariantRepository("variants")
@@ -603,6 +623,7 @@ def profile_dataset(
             only=only,
             inline_max_nodes=inline_max_nodes,
             feature_cache_mb=feature_cache_mb,
+            on_phase=on_phase or (lambda message: None),
         )
     finally:
         torch.set_num_threads(previous_threads)
@@ -646,6 +667,7 @@ def _profile_dataset(
     only: Sequence[str] | None = None,
     inline_max_nodes: int = INLINE_MAX_NODES,
     feature_cache_mb: float = 0.0,
+    on_phase: Callable[[str], None],
 ) -> ProfileResult:
     from tqdm.auto import tqdm
 
@@ -787,6 +809,10 @@ def _profile_dataset(
             )
             executors[variant_id] = executor
             del loaded, inference, executor, cache
+        if executors:
+            on_phase(
+                f"timing the service curves of {len(executors)} variant(s) in interleaved rounds"
+            )
         service_rows = kept_curves + (prof.service_times(executors) if executors else [])
     finally:
         prof.close()
@@ -794,8 +820,14 @@ def _profile_dataset(
     if not rows:
         reasons = "; ".join(f"{v}: {r}" for v, r in skipped)
         raise ArtifactError(f"no variant of {store.name} could be profiled ({reasons})")
+    untimed = [(v, r) for v, r in skipped if only and v in only]
+    if untimed:  # --only X that X could not be timed: keep every file as it was
+        reasons = "; ".join(f"{v}: {r}" for v, r in untimed)
+        raise ArtifactError(f"could not time {reasons}; no profile was changed")
+    on_phase(f"bootstrapping the paired accuracy intervals of {len(rows) // 2} variant(s)")
     add_accuracy_intervals(rows, parts)
     folder = Path(out_dir) / store.name
+    on_phase(f"writing {PROFILES_FILE} and {SERVICE_TIMES_FILE} to {folder}")
     path = write_profiles(rows, folder / PROFILES_FILE)
     service_path = write_service_times(service_rows, folder / SERVICE_TIMES_FILE)
     num_profiled = len({r["variant"] for r in rows})

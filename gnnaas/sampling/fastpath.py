@@ -10,14 +10,14 @@ sampled tree is the same set of (node, depth) rows and edges whichever path serv
 Only the order of rows within a depth (first seen here, frontier first there) and of a target's
 edges may differ, which changes nothing but floating-point summation order.
 
-numba is optional: without it (or with ``GNNAAS_FAST_SAMPLER=0``, or when a tree would exceed
+numba is optional: without it (or switched off with :func:`configure`, which a command or the server
+calls with its ``fast_sampler`` setting, ``GNNAAS_FAST_SAMPLER=0``; or when a tree would exceed
 :data:`MAX_ENTRIES` rows) the torch path runs. The first call compiles the kernel (about a second;
 cached on disk by numba when the package folder is writable).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -26,7 +26,7 @@ from torch import Tensor
 
 from gnnaas.sampling.subgraph import Block, SampledSubgraph
 
-__all__ = ["MAX_ENTRIES", "available", "sample_depth_numba"]
+__all__ = ["MAX_ENTRIES", "available", "configure", "sample_depth_numba"]
 
 try:  # optional: the torch path serves every batch without it
     import numba
@@ -48,10 +48,22 @@ MAX_ENTRIES = 1 << 26
 _FULL_GUESS = 64
 
 
+# Switched by configure() when a command or the server starts (its fast_sampler setting).
+_enabled = True
+
+
+def configure(enabled: bool) -> None:
+    """Switches the fast path on or off for this process (a command or the server applies its
+    ``fast_sampler`` setting, ``GNNAAS_FAST_SAMPLER``, when it starts: the switch benchmarks use
+    to compare both paths)."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
 def available() -> bool:
-    """Whether the fast path can run: numba is installed and ``GNNAAS_FAST_SAMPLER`` is not
-    ``0`` (the switch benchmarks use to compare both paths)."""
-    return _HAVE_NUMBA and os.environ.get("GNNAAS_FAST_SAMPLER", "1") != "0"
+    """Whether the fast path can run: numba is installed and it is not switched off
+    (:func:`configure`)."""
+    return _HAVE_NUMBA and _enabled
 
 
 if _HAVE_NUMBA:

@@ -134,6 +134,7 @@ def exact_pass(
     address: str | None = None,
     compare: bool = True,
     progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
 ) -> ExactRun:
     """Runs variant ``variant_id`` of ``store`` over every node with full neighborhoods.
 
@@ -151,7 +152,11 @@ def exact_pass(
         compare (bool, optional): score the exact and the sampled pass on the validation and test
             nodes (``accuracy``). (default: ``True``)
         progress (Callable[[int], None], optional): called with each finished chunk's node
-            count (``N × num_layers`` in all). (default: ``None``)
+            count: ``N`` per layer, layer after layer (one barrier per layer), ``N ×
+            num_layers`` in all. (default: ``None``)
+        on_start (Callable[[int, int], None], optional): called once the graph is read, before
+            the first chunk, with its node count ``N`` (a live graph's may differ from the
+            dataset's) and the variant's layers (a progress bar's totals). (default: ``None``)
 
     Raises:
         ConfigError: a precomputed variant, an unknown backend, or no live state.
@@ -181,6 +186,8 @@ def exact_pass(
         from gnnaas.inference.ray_layerwise import ray_layerwise_inference
 
         infer = functools.partial(ray_layerwise_inference, address=address)
+    if on_start is not None:
+        on_start(int(rowptr.numel() - 1), manifest.num_layers)
     kwargs = {"chunk_size": chunk_size, "embeddings": embeddings, "progress": progress}
     out = infer(model, features, rowptr, col, **kwargs)
     seconds = time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 
@@ -116,7 +117,9 @@ def test_size_limits_and_group_validation() -> None:
     assert graph.num_nodes == 31 and not graph.has_edge(30, 1) and graph.version == 3
 
 
-def test_the_log_replays_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
+def test_the_log_replays_and_a_torn_tail_is_cut(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = _store()
     graph, log, lock = open_live(store, tmp_path)
     writes = [
@@ -136,7 +139,19 @@ def test_the_log_replays_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
     whole = path.stat().st_size
     with path.open("ab") as f:
         f.write(b"\x10\x00\x00\x00garbage")  # a record whose write a crash cut short
-    again, log2, lock2 = open_live(store, tmp_path)
+    caplog.clear()  # only what the replay says
+    with caplog.at_level(logging.INFO, logger="gnnaas.data.live"):
+        again, log2, lock2 = open_live(store, tmp_path)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        (
+            "WARNING",
+            f"{store.name}: cut a torn last record (11 bytes) off {path}: a crash while it was "
+            "written, so it was never acknowledged",
+        ),
+        ("INFO", f"{store.name}: replayed 2 log records (graph version 2)"),
+    ]
+    caplog.clear()
     got = _state(again)
     assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])
     assert path.stat().st_size == whole  # the torn tail is gone
@@ -146,7 +161,10 @@ def test_the_log_replays_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
     summary = compact(store, tmp_path)
     assert summary["version"] == 2 and summary["num_nodes"] == 31 and summary["records"] == 2
     assert path.stat().st_size == 0
-    folded, log3, lock3 = open_live(store, tmp_path)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gnnaas.data.live"):
+        folded, log3, lock3 = open_live(store, tmp_path)
+    assert caplog.messages == [f"{store.name}: replayed 0 log records (graph version 2)"]
     got = _state(folded)
     assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])
     assert folded.overlay_arrays() is None  # everything is in the new base

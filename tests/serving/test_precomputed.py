@@ -149,3 +149,74 @@ def test_a_write_makes_the_k_hop_neighborhood_stale_and_served_by_another_varian
         again = served.variants[EXACT].answers.staleness.stale
         assert set(again[: small_store.num_nodes].nonzero()[0].tolist()) == affected
         assert _predict(client, name, [target], **tolerant).headers["X-Variant"] != EXACT
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The ``gnnaas ...`` commands quoted in backticks in ``text``, as argv lists."""
+    import re
+    import shlex
+
+    return [shlex.split(c)[1:] for c in re.findall(r"`(gnnaas [^`]+)`", text)]
+
+
+def test_after_a_new_node_and_a_compaction_the_printed_commands_route_it_again(
+    small_store: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gnnaas.cli import main
+    from gnnaas.serving.core.registry import VariantRegistry
+
+    # The folders as a user has them in the environment, so the printed commands run as they are.
+    variants, profiles = write_tiny_repository(tmp_path / "repo", small_store)
+    monkeypatch.setenv("GNNAAS_VARIANTS_DIR", str(variants))
+    monkeypatch.setenv("GNNAAS_PROFILES_DIR", str(profiles))
+    monkeypatch.delenv("GNNAAS_STATE_DIR", raising=False)
+    name, state = small_store.name, tmp_path / "state"
+    quick = ["-q", "--threads", "1"]
+    assert main([*quick, "precompute", "--dataset", name, "--variant", "sage-full-1x"]) == 0
+    assert main([*quick, "profile", "--dataset", name, "--runs", "2", "--only", EXACT]) == 0
+    capsys.readouterr()
+
+    with TestClient(create_app(_settings((variants, profiles), state))) as client:
+        added = client.post(
+            f"/v1/datasets/{name}/nodes",
+            json={"features": [[0.5] * small_store.num_features], "edges": [[0, -1], [-1, 0]]},
+            headers=AUTH,
+        )
+        assert added.status_code == 200, added.text
+    assert main(["-q", "compact", "--dataset", name, "--state-dir", str(state)]) == 0
+
+    registry = VariantRegistry.load(_settings((variants, profiles), state))
+    try:
+        reason = registry.get(name).variants[EXACT].not_routed
+    finally:
+        registry.get(name).live.close()
+    assert reason is not None and "compacted after version 0" in reason
+    precompute, profile = _commands(reason)
+    live = ["--state-dir", str(state)]
+    assert precompute == ["precompute", "--dataset", name, "--variant", "sage-full-1x", *live]
+    assert profile == ["profile", "--dataset", name, "--only", EXACT, *live]
+
+    # The answers cover the live graph's 3,001 nodes: profiling them on the dataset's graph
+    # fails in one line and changes no file.
+    assert main([*quick, *precompute]) == 0
+    out = capsys.readouterr().out
+    assert f"{small_store.num_nodes + 1:,} nodes" in out
+    assert out.strip().endswith(f"gnnaas profile --dataset {name} --only {EXACT} {' '.join(live)}")
+    before = {f.name: f.read_bytes() for f in (profiles / name).iterdir()}
+    assert main([*quick, "profile", "--dataset", name, "--only", EXACT]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"ArtifactError: could not time {EXACT}: ")
+    assert "--state-dir" in error[0] and error[0].endswith("no profile was changed")
+    assert {f.name: f.read_bytes() for f in (profiles / name).iterdir()} == before
+
+    assert main([*quick, *profile, "--runs", "2"]) == 0
+    with TestClient(create_app(_settings((variants, profiles), state))) as client:
+        served = client.app.state.router.registry.get(name)
+        assert served.variants[EXACT].routable and served.variants[EXACT].not_routed is None
+        tolerant = {"X-Accuracy-Tolerance": "100"}
+        assert _predict(client, name, [5], **tolerant).headers["X-Variant"] == EXACT
+        new = _predict(client, name, [small_store.num_nodes], **{"X-Variant": EXACT})
+        assert new.headers["X-Graph-Version"] == "1"

@@ -133,3 +133,13 @@ def test_real_server_serves_and_stops_cleanly(server: Any) -> None:
     assert _stop(proc) == 0
     text = log.read_text()
     assert "Application shutdown complete" in text and "Traceback" not in text
+    # Between the command's first line and readiness, every start-up phase says so.
+    phases = [
+        "serve: loading variants from",
+        f"dataset {store.name}: loading its graph and 2 variants",
+        f"dataset {store.name}: 2 variants loaded",
+        "warming up 2 variants",
+        "Application startup complete",
+    ]
+    found = [text.find(phase) for phase in phases]
+    assert -1 not in found and found == sorted(found), (found, text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -126,12 +127,31 @@ def test_two_workers_share_the_port_the_store_and_the_metrics(
         assert (
             "gnnaas_queue_depth_nodes{" in metrics and "gnnaas_registry_generation 1.0" in metrics
         )
+        assert _reloads(metrics) == 0
+
+        # SIGHUP replaces both workers with fresh processes; /metrics carries the supervisor's
+        # count of reloads, not the fresh processes' own.
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 180
+        while set(_children(proc.pid)) & set(workers) or len(_children_with_maps(proc.pid)) < 2:
+            assert proc.poll() is None, f"server exited:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"workers not replaced in 180 s:\n{log.read_text()}"
+            time.sleep(0.2)
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        assert "gnnaas_registry_generation 2.0" in metrics and _reloads(metrics) == 1
+        served = re.findall(r"^gnnaas_requests_total\{[^}]*\} (\S+)$", metrics, re.M)
+        assert sum(float(v) for v in served) == sent  # the replaced workers' counts stay
 
         assert _stop(proc) == 0
         assert not scratch.exists()  # the shared folders go with the server
         assert "Traceback" not in log.read_text()
     finally:
         _stop(proc)
+
+
+def _reloads(metrics: str) -> float:
+    (value,) = re.findall(r'^gnnaas_reloads_total\{outcome="ok"\} (\S+)$', metrics, re.M)
+    return float(value)
 
 
 def test_the_supervisor_side_loads_no_torch() -> None:

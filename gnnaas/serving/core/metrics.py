@@ -23,6 +23,8 @@ name                                 type       labels
 ``gnnaas_batch_time_samples``        gauge      dataset, variant
 ``gnnaas_reloads_total``             counter    outcome (ok, failed)
 ``gnnaas_registry_generation``       gauge      (none): 1 at start, +1 per successful reload
+                                                (with ``--workers``: per SIGHUP that replaced
+                                                the workers, ``Settings.generation``)
 ===================================  =========  ==============================================
 
 The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its profiled service

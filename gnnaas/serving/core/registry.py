@@ -356,10 +356,15 @@ class VariantRegistry:
             ArtifactError: ``strict`` and a variant, profile table or graph cannot be read.
         """
         from gnnaas.data import load_dataset
-        from gnnaas.inference.settings import execution_settings
+        from gnnaas.inference.settings import apply_execution_settings, execution_settings
         from gnnaas.utils import resolve_device
         from gnnaas.variants.repository import VariantRepository
 
+        # The server starts here (and every replica or worker does): its switches of the forward
+        # and the sampler take the settings' values before the current settings are read.
+        apply_execution_settings(
+            fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler
+        )
         device = resolve_device(settings.device)
         variants_dir, profiles_dir = Path(settings.variants_dir), Path(settings.profiles_dir)
         prepare = (
@@ -406,8 +411,11 @@ class VariantRegistry:
                     raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
                 notes.append(f"dataset {name} skipped: {problem}")
                 continue
+            _log.info("dataset %s: loading its graph and %d variants", name, len(manifests))
             try:
-                store = load_dataset(name, settings.data_root, seed=manifests[0].seed)
+                store = load_dataset(
+                    name, settings.data_root, seed=manifests[0].seed, cache_dir=settings.cache_dir
+                )
             except (ConfigError, ArtifactError, OSError) as exc:
                 if strict:
                     raise ArtifactError(
@@ -584,7 +592,12 @@ def _precomputed_answers(
     from gnnaas.inference.lookup import PrecomputedAnswers
 
     info = manifest.precomputed
-    redo = f"run `gnnaas precompute --dataset {store.name} --variant {info['base']}` again"
+    # The commands that make it routable again; on a live graph both read the state folder.
+    live = "" if settings.state_dir is None else f" --state-dir {settings.state_dir}"
+    redo = (
+        f"run `gnnaas precompute --dataset {store.name} --variant {info['base']}{live}`, then "
+        f"`gnnaas profile --dataset {store.name} --only {manifest.variant_id}{live}`"
+    )
     tables = repo.load_answers(manifest)
     answers = PrecomputedAnswers(
         tables["logits"], tables.get("embeddings"), int(info["graph_version"])

@@ -346,7 +346,8 @@ class Router:
         self._gate = asyncio.Semaphore(self.settings.max_concurrent_batches)
         self._lanes = await self._build_lanes(self.registry)
         self._go_live(self._lanes)
-        self.generation = 1
+        # 1, or under the workers' supervisor 1 + the SIGHUPs that replaced the workers.
+        self.generation = self.settings.generation
         self.metrics.generation.set(self.generation)
         self.started = True
         _log.info("router started: %d variants", len(self._lanes))
@@ -389,7 +390,8 @@ class Router:
             registry (VariantRegistry): the new set to serve (device of the current one).
 
         Returns:
-            int: the new generation (1 after :meth:`start`, +1 per reload).
+            int: the new generation (``settings.generation``, 1 by default, after :meth:`start`;
+            +1 per reload).
 
         Raises:
             OverloadedError: the router is not started or is shutting down.
@@ -441,6 +443,7 @@ class Router:
                         gate=self._gate,
                     )
             if self.settings.warmup:
+                _log.info("warming up %d variants (one forward each)", len(lanes))
                 for (ds_name, v_id), lane in lanes.items():
                     warm = [ExecRequest(torch.zeros(1, dtype=torch.long), output="proba")]
                     try:

@@ -15,6 +15,14 @@ same ``GNNAAS_*`` environment, and shares two folders the parent creates for the
   :mod:`gnnaas.serving.core.metrics`).
 
 Both folders are removed when the parent exits.
+
+A SIGHUP replaces every worker with a fresh process, whose router would start at generation 1 with
+no reload counted. The supervisor counts the SIGHUPs that replaced workers and starts the new ones
+with ``GNNAAS_GENERATION`` (:attr:`Settings.generation
+<gnnaas.serving.core.settings.Settings.generation>`) = 1 + that count; the first new worker of a
+generation counts the reload in ``gnnaas_reloads_total{outcome="ok"}`` (a marker file in the
+shared folder makes it one per SIGHUP, not one per worker), so ``/metrics`` shows the server's
+reloads and generation. A restart uvicorn aborts (a new worker not ready in time) counts nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ if TYPE_CHECKING:  # torch is imported where a store is shared: the supervisor n
     pass
 
 __all__ = [
+    "GENERATION_ENV",
     "SHARED_STORE_ENV",
     "SUPERVISOR_ENV",
     "reuse_port_socket",
@@ -44,6 +53,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 SHARED_STORE_ENV = "GNNAAS_SHARED_STORE_DIR"
+GENERATION_ENV = "GNNAAS_GENERATION"
+"""Set in the workers to the generation they start at (:attr:`Settings.generation
+<gnnaas.serving.core.settings.Settings.generation>`): 1 + the SIGHUPs that replaced workers."""
 SUPERVISOR_ENV = "GNNAAS_SUPERVISOR_PID"
 """Set in the workers to the supervisor's pid (:attr:`Settings.supervisor_pid
 <gnnaas.serving.core.settings.Settings.supervisor_pid>`): ``POST /v1/admin/reload`` points at
@@ -58,7 +70,25 @@ def worker_app() -> Any:
     from gnnaas.serving.http.app import create_app
 
     logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
-    return create_app(Settings())
+    settings = Settings()
+    app = create_app(settings)
+    if settings.generation > 1 and _first_of_generation(settings):
+        app.state.metrics.reloaded("ok")  # the SIGHUP that started this generation
+    return app
+
+
+def _first_of_generation(settings: Any) -> bool:
+    """Whether this is the first worker of its generation to start (so exactly one counts the
+    reload): it creates the generation's marker in the shared folder; a process outside a
+    supervisor (no shared folder) is the only one."""
+    if settings.shared_store_dir is None:
+        return True
+    marker = Path(settings.shared_store_dir) / f".reloaded-{settings.generation}"
+    try:
+        marker.open("x").close()
+    except FileExistsError:
+        return False
+    return True
 
 
 def reuse_port_socket(address: tuple[Any, ...], family: int) -> socket.socket:
@@ -81,6 +111,22 @@ def reuse_port_socket(address: tuple[Any, ...], family: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+class _Supervisor(multiprocess.Multiprocess):
+    """uvicorn's supervisor, counting the SIGHUPs that replaced workers: the workers it starts
+    from then on read ``GNNAAS_GENERATION`` (one more per such SIGHUP) from its environment."""
+
+    generation = 1
+
+    def handle_hup(self) -> None:
+        self.generation += 1
+        os.environ[GENERATION_ENV] = str(self.generation)
+        before = list(self.processes)
+        super().handle_hup()
+        if all(process in before for process in self.processes):  # aborted: none replaced
+            self.generation -= 1
+            os.environ[GENERATION_ENV] = str(self.generation)
 
 
 class _ReusePortWorker(multiprocess.Process):
@@ -135,10 +181,17 @@ def run_workers(
     shared, metrics = scratch / "store", scratch / "metrics"
     shared.mkdir()
     metrics.mkdir()
-    names = (*environment, SHARED_STORE_ENV, SUPERVISOR_ENV, "PROMETHEUS_MULTIPROC_DIR")
+    names = (
+        *environment,
+        SHARED_STORE_ENV,
+        SUPERVISOR_ENV,
+        GENERATION_ENV,
+        "PROMETHEUS_MULTIPROC_DIR",
+    )
     saved = {k: os.environ.get(k) for k in names}
     os.environ.update(environment)
     os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    os.environ[GENERATION_ENV] = "1"
     os.environ[SHARED_STORE_ENV] = str(shared)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
     try:
@@ -158,7 +211,7 @@ def run_workers(
         default_process = multiprocess.Process
         multiprocess.Process = _ReusePortWorker  # type: ignore[misc]
         try:
-            multiprocess.Multiprocess(config, sockets=[]).run()
+            _Supervisor(config, sockets=[]).run()
         finally:
             multiprocess.Process = default_process  # type: ignore[misc]
         return True

@@ -1,0 +1,232 @@
+"""One configuration path: flag > environment > default, one-line errors, nothing read at import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gnnaas.cli import _build_parser, main
+from gnnaas.cli.common import _settings
+from gnnaas.config import CommandSettings, SharedSettings, from_environment, settings_error
+from gnnaas.errors import ConfigError
+
+_VARIABLES = ("GNNAAS_VARIANTS_DIR", "GNNAAS_THREADS", "GNNAAS_DEVICE", "GNNAAS_TIE_MARGIN")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in _VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_flag_beats_environment_beats_default(clean_env: pytest.MonkeyPatch) -> None:
+    args = _build_parser().parse_args(["generate", "--dataset", "x"])
+    default = _settings(args, {"variants_dir": "--out"})
+    assert (default.variants_dir, default.threads, default.device) == (
+        Path("variants"),
+        None,
+        "auto",
+    )
+    assert _settings(args) is default  # built once per command
+
+    clean_env.setenv("GNNAAS_VARIANTS_DIR", "from-env")
+    clean_env.setenv("GNNAAS_THREADS", "3")
+    clean_env.setenv("GNNAAS_DEVICE", "cpu")
+    env = _settings(_build_parser().parse_args(["generate", "--dataset", "x"]), {})
+    assert (env.variants_dir, env.threads, env.device) == (Path("from-env"), 3, "cpu")
+
+    argv = [
+        "--threads",
+        "2",
+        "generate",
+        "--dataset",
+        "x",
+        "--out",
+        "from-flag",
+        "--device",
+        "meta",
+    ]
+    flag = _settings(_build_parser().parse_args(argv), {"variants_dir": "--out"})
+    assert (flag.variants_dir, flag.threads, flag.device) == (Path("from-flag"), 2, "meta")
+
+
+def test_the_profiled_pipeline_is_the_servers(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gnnaas.cli.common import _pipeline
+    from gnnaas.serving.core.settings import Settings
+
+    clean_env.setenv("GNNAAS_SEED", "7")
+    clean_env.setenv("GNNAAS_MAX_BATCH_NODES", "64")
+    clean_env.setenv("GNNAAS_TORCH_THREADS", "2")
+    args = _build_parser().parse_args(["profile", "--dataset", "x"])
+    pipeline = _pipeline(_settings(args, {"profiles_dir": "--out"}))
+    served = Settings(variants_dir=tmp_path)  # what a server in this environment serves
+    assert (served.seed, served.max_batch_nodes, served.torch_threads) == (7, 64, 2)
+    assert pipeline == {
+        "sampling": served.sampling,
+        "sampler_seed": 7,
+        "max_batch_nodes": 64,
+        "inline_max_nodes": served.inline_max_nodes,
+        "threads": 2,
+        "feature_cache_mb": 0.0,
+    }
+    threads = _build_parser().parse_args(["--threads", "1", "profile", "--dataset", "x"])
+    assert _pipeline(_settings(threads))["threads"] == 1  # --threads wins over the server's
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        (
+            "GNNAAS_MAX_BATCH_NODES",
+            "zero",
+            "ConfigError: profile: GNNAAS_MAX_BATCH_NODES='zero': Input should be a valid "
+            "integer, unable to parse string as an integer",
+        ),
+        (
+            "GNNAAS_FUSED_FORWARD",
+            "maybe",
+            "ConfigError: profile: GNNAAS_FUSED_FORWARD='maybe': Input should be a valid "
+            "boolean, unable to interpret input",
+        ),
+        (
+            "GNNAAS_SAMPLING",
+            "random",
+            "ConfigError: profile: GNNAAS_SAMPLING='random': Input should be 'depth' or 'shared'",
+        ),
+    ],
+)
+def test_a_bad_variable_is_one_line(
+    variable: str,
+    value: str,
+    line: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gnnaas.data
+
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setattr(gnnaas.data, "load_dataset", _never_called)
+    assert main(["profile", "--dataset", "synth-small"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
+def _never_called(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the dataset was loaded")
+
+
+def test_a_bad_option_names_the_option() -> None:
+    with pytest.raises(ValidationError) as exc:
+        CommandSettings(tie_margin="11")
+    error = settings_error(exc.value, CommandSettings, {"tie_margin": "11"}, where="report: ")
+    assert str(error) == "report: --tie-margin='11': Input should be less than or equal to 10"
+
+
+def test_library_fallbacks_read_the_same_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gnnaas.data import resolve_cache_dir, resolve_home_dir
+
+    monkeypatch.setenv("GNNAAS_CACHE", "/tmp/c")
+    monkeypatch.setenv("GNNAAS_HOME", "  ")  # blank: unset
+    monkeypatch.delenv("GNNAAS_DATA_ROOT", raising=False)
+    monkeypatch.setenv("GNNAAS_DATA", "/tmp/d")
+    assert resolve_cache_dir() == Path("/tmp/c") and resolve_cache_dir("/x") == Path("/x")
+    assert resolve_home_dir() == Path.home() / ".local" / "share" / "gnnaas"
+    assert from_environment().data_root == Path("/tmp/d")
+    monkeypatch.setenv("GNNAAS_SEED", "x")
+    with pytest.raises(ConfigError, match="^GNNAAS_SEED='x': Input should be a valid integer"):
+        resolve_cache_dir()
+
+
+def test_only_the_documented_fields_are_shared() -> None:
+    from gnnaas.serving.core.settings import Settings
+
+    shared = set(SharedSettings.model_fields)
+    assert shared <= set(Settings.model_fields) and shared <= set(CommandSettings.model_fields)
+    assert set(CommandSettings.model_fields) - shared == {"threads"}
+    for name in shared:  # every field is in the class docstring
+        assert f"{name} (" in (SharedSettings.__doc__ or ""), name
+
+
+_IMPORT_THEN_START = """
+import json, os
+import gnnaas.models, gnnaas.sampling.fastpath as fastpath
+from gnnaas.models import GNN
+from gnnaas.inference.settings import apply_execution_settings, execution_settings
+from gnnaas.config import CommandSettings
+os.environ["GNNAAS_FUSED_FORWARD"] = "0"
+os.environ["GNNAAS_FAST_SAMPLER"] = "0"
+before = (GNN.fused_eval, fastpath._enabled)
+settings = CommandSettings()  # a command starts: it reads the environment now
+apply_execution_settings(fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler)
+now = execution_settings("cpu", inline_max_nodes=16)
+print(json.dumps([before, [GNN.fused_eval, fastpath.available()], now["fused_forward"],
+                  now["fast_sampler"]]))
+"""
+
+
+def test_nothing_is_read_at_import() -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("GNNAAS_F")}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_IMPORT_THEN_START)],
+        capture_output=True,
+        text=True,
+        env={**env, "GNNAAS_FUSED_FORWARD": "1"},
+        check=True,
+    )
+    before, after, fused, fast = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == [True, True]  # the variables set after import changed nothing yet
+    assert after == [False, False] and (fused, fast) == (0, 0)
+
+
+def test_a_command_and_the_server_apply_the_switches_when_they_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gnnaas.data
+    import gnnaas.variants.training
+    from gnnaas.models import GNN
+    from gnnaas.sampling import fastpath
+
+    monkeypatch.setattr(GNN, "fused_eval", True)  # restored after the test
+    monkeypatch.setattr(fastpath, "_enabled", True)
+    monkeypatch.setenv("GNNAAS_FUSED_FORWARD", "0")  # after import: read when a command starts
+    monkeypatch.setenv("GNNAAS_FAST_SAMPLER", "0")
+    assert GNN.fused_eval and fastpath._enabled
+    seen: dict[str, Any] = {}
+
+    def train(*args: Any, **kwargs: Any) -> Any:
+        seen["switches"] = (GNN.fused_eval, fastpath._enabled)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(gnnaas.data, "load_dataset", lambda *a, **k: SimpleNamespace(name="x"))
+    monkeypatch.setattr(gnnaas.variants.training, "train_model", train)
+    assert main(["-q", "train", "--dataset", "x", "--device", "cpu"]) == 1
+    assert seen["switches"] == (False, False)
+    assert capsys.readouterr().err.strip() == "ConfigError: stop here"
+
+    sys.path.insert(0, str(Path(__file__).parent / "serving"))
+    try:
+        from serving_fakes import tiny_store, write_tiny_repository
+    finally:
+        sys.path.pop(0)
+    from gnnaas.serving.core.registry import VariantRegistry
+    from gnnaas.serving.core.settings import Settings
+
+    store = tiny_store()
+    variants, profiles = write_tiny_repository(tmp_path, store)
+    monkeypatch.setattr(gnnaas.data, "load_dataset", lambda *a, **k: store)
+    GNN.fused_eval, fastpath._enabled = True, True
+    monkeypatch.setenv("GNNAAS_FUSED_FORWARD", "1")
+    settings = Settings(variants_dir=variants, profiles_dir=profiles, device="cpu")
+    monkeypatch.setenv("GNNAAS_FUSED_FORWARD", "0")  # the settings were read already
+    VariantRegistry.load(settings)
+    assert (GNN.fused_eval, fastpath._enabled) == (True, False)
