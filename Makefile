@@ -8,7 +8,7 @@ DATA_ROOT ?= $(if $(GNNAAS_DATA),$(GNNAAS_DATA),../shared/data)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint serve bench bench-full gpu-check clean
+.PHONY: install test lint serve readme-check bench bench-full gpu-check clean
 
 install: $(STAMP)
 
@@ -24,16 +24,20 @@ test: $(STAMP)
 	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check gnnaas tests benchmarks
-	$(BIN)/ruff format --check gnnaas tests benchmarks
+	$(BIN)/ruff check gnnaas tests benchmarks scripts
+	$(BIN)/ruff format --check gnnaas tests benchmarks scripts
+
+# Runs every command block of README.md top to bottom and checks what it prints (see the README).
+readme-check: $(STAMP)
+	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python scripts/readme_check.py
 
 # Generates and profiles default variants when none exist, then serves them.
 serve: $(STAMP)
 	@$(BIN)/gnnaas serve --check-port --host $(HOST) --port $(PORT)
 	@$(BIN)/gnnaas --threads 1 prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
 	@echo "When the log says 'Application startup complete', try:"
-	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 8' -d '{\"nodes\": [0, 1, 2]}' -D -"
-	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
+	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
+	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --dataset $(DATASET) --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
 
 # Each script writes <name>.json and the pages rendered from it (quick runs: .cache/bench/results or
 # the work folder; full runs: benchmarks/results); `python benchmarks/<script>.py --render JSON`
