@@ -21,6 +21,7 @@ from gnnaas.serving.core.policy import (
     choice_without_load,
     fastest_everywhere,
     select_admitted,
+    select_timed,
     select_variant,
 )
 
@@ -612,3 +613,26 @@ def test_equal_candidates_keep_the_first_and_lookups_dominate_nothing() -> None:
     lookup = Candidate("a@exact", 80.0, curve.scaled(0.1))
     assert policy.dominated([a, lookup], lookups=frozenset({"a@exact"})) == {}
     assert policy.dominated([a]) == {}
+
+
+def test_select_timed_applies_the_load_to_given_service_times() -> None:
+    cands = _candidates()
+    snap = LoadSnapshot(
+        ahead_ms=4.0,
+        waiting_nodes=30,
+        variants={"sage-lasso-8x": VariantLoad(speed=3.0, room_nodes=0)},
+        max_batch_nodes=1024,
+        speed=1.2,
+    )
+    request = RequestSpec(5, 50.0, None)
+    times = [c.service.predict_batched(35, 1024) for c in cands]
+    got = select_timed(request, cands, times, snap, tie_margin=0.2)
+    want = select_admitted(request, cands, snap, tie_margin=0.2)
+    assert got == want
+    # 8x has no room for 5 nodes: not chosen even at a time of zero; with no room anywhere the
+    # choice is made as if every queue took the request.
+    assert select_timed(request, cands, [*times[:-1], 0.0], snap).variant_id != "sage-lasso-8x"
+    full = LoadSnapshot(variants={c.variant_id: VariantLoad(room_nodes=0) for c in cands})
+    assert select_timed(request, cands, [*times[:-1], 0.0], full).variant_id == "sage-lasso-8x"
+    with pytest.raises(ValueError, match="one service time per candidate"):
+        select_timed(request, cands, times[:1], snap)

@@ -267,6 +267,56 @@ async def test_admitted_sets_are_cached_per_tolerance_and_follow_new_profiles(
     assert len(router._admitted) <= 256
 
 
+async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+) -> None:
+    """The router's shortcuts (an idle device's choice kept per request size, service times kept
+    per stream size, only busy lanes visited) decide as :func:`select_variant` does on a snapshot
+    of every variant, idle and under a backlog, at any device speed."""
+    core = Router(toy[0], Settings(warmup=False, tie_margin=0.5))
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    blocker = toy[1][slow_id]
+
+    def agree(speed: float) -> dict[tuple[float, int], str]:
+        picks = {}
+        for tol in (0.0, 1.5, 4.5, 50.0):
+            for nodes in (1, 3, 64, 300):
+                core.speed.factor = speed
+                sel = core.select(ds, nodes, tolerance=tol)[1]
+                assert sel is not None
+                core._last.pop(ds.name, None)
+                want = select_variant(
+                    RequestSpec(nodes, tol), ds.candidates, core.load_snapshot(ds), tie_margin=0.5
+                )
+                assert sel.variant_id == want.variant_id, (speed, tol, nodes)
+                assert sel.considered == want.considered
+                if not math.isnan(sel.predicted_ms):  # NaN: one admissible variant, no load read
+                    assert sel.predicted_ms == pytest.approx(want.predicted_ms)
+                picks[tol, nodes] = sel.variant_id
+        return picks
+
+    try:
+        for speed in (1.0, 2.5):
+            idle = agree(speed)
+            agree(speed)  # the second time from the caches
+        with held(blocker) as gate:
+            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
+            await _until(blocker.entered.is_set)
+            queued = [
+                asyncio.ensure_future(core.predict(ds, torch.arange(50), pinned=slow_id))
+                for _ in range(4)
+            ]
+            await _until(lambda: core.lane("toy", slow_id).batcher.queued_nodes == 200)
+            busy = agree(1.0)
+            assert agree(1.0) == busy
+            gate.set()
+            await asyncio.gather(running, *queued)
+        assert busy != idle  # the backlog changed some choices: the load was read
+    finally:
+        await core.stop()
+
+
 async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_the_load(
     toy: tuple[VariantRegistry, dict[str, FakeModel]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,6 +64,7 @@ PRIORITIES = ("high", "normal", "low")
 """Request priorities, most important first; a request's rank is its index."""
 QUEUE_SHARES = (1.0, 1.0, 0.5)
 """The share of the queue's nodes each priority may fill (high, normal, low)."""
+_RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,10 @@ class Batcher(Generic[T, R]):
     def queued_ahead(self, priority: str = "low") -> int:
         """Queued nodes a new request of ``priority`` would wait behind: those of its priority
         and of higher ones (all of them for ``low``)."""
-        rank = PRIORITIES.index(priority)
-        return sum(self._queued_by_rank[: rank + 1])
+        if priority == "low":
+            return self._queued_nodes
+        by_rank = self._queued_by_rank
+        return by_rank[0] if priority == "high" else by_rank[0] + by_rank[1]
 
     @property
     def in_flight_nodes(self) -> int:
@@ -250,24 +253,25 @@ class Batcher(Generic[T, R]):
             return 0
         if self._queued_nodes == 0:
             return sys.maxsize
-        cap = int(self.max_queue_size * QUEUE_SHARES[PRIORITIES.index(priority)])
-        return max(cap - self._queued_nodes, 0)
+        cap = int(self.max_queue_size * QUEUE_SHARES[_RANK[priority]])
+        room = cap - self._queued_nodes
+        return room if room > 0 else 0
 
     def room_with_eviction(self, priority: str = "normal") -> int:
         """How many nodes of ``priority`` :meth:`submit` accepts now, evicting lower priorities
         if it has to."""
         room = self.room_for(priority)
-        if room == sys.maxsize or self._closed:
+        if room == sys.maxsize or self._closed or priority == "low":
             return room
-        rank = PRIORITIES.index(priority)
-        return room + sum(self._queued_by_rank[rank + 1 :])
+        by_rank = self._queued_by_rank
+        return room + (by_rank[2] if priority == "normal" else by_rank[1] + by_rank[2])
 
     def has_room(self, size: int, priority: str = "normal") -> bool:
         """Whether :meth:`submit` would accept ``size`` more nodes of ``priority`` now, evicting
         lower priorities if it has to."""
         if size <= self.room_for(priority):
             return True
-        rank = PRIORITIES.index(priority)
+        rank = _RANK[priority]
         if self._queued_nodes == 0 or self._closed:
             return False
         cap = int(self.max_queue_size * QUEUE_SHARES[rank])
@@ -340,7 +344,7 @@ class Batcher(Generic[T, R]):
                 f"variant {self.name} is shutting down; retry on another instance",
                 self.retry_after_s,
             )
-        rank = PRIORITIES.index(priority)
+        rank = _RANK[priority]
         if size > self.room_for(priority):
             if not self.has_room(size, priority):
                 cap = int(self.max_queue_size * QUEUE_SHARES[rank])

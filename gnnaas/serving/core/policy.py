@@ -106,6 +106,11 @@ class ServiceCurve:
             )
         if any(not math.isfinite(t) or t < 0 for t in self.times_ms):
             raise ValueError(f"ServiceCurve times_ms must be finite and >= 0 (got {self.times_ms})")
+        # Every request predicts a few curves: each segment's slope once, here.
+        bs, ts = self.batch_sizes, self.times_ms
+        slopes = tuple((ts[i] - ts[i - 1]) / (bs[i] - bs[i - 1]) for i in range(1, len(bs)))
+        object.__setattr__(self, "_slopes", (0.0, *slopes))
+        object.__setattr__(self, "_last", len(bs) - 1)
 
     @classmethod
     def from_points(cls, points: Mapping[int, float]) -> ServiceCurve:
@@ -115,13 +120,17 @@ class ServiceCurve:
 
     def predict(self, batch_size: float) -> float:
         """Predicted service time (ms) for ``batch_size`` target nodes, never negative."""
-        bs, ts = self.batch_sizes, self.times_ms
-        if len(bs) == 1:
+        bs, ts, last = self.batch_sizes, self.times_ms, self._last  # type: ignore[attr-defined]
+        if last == 0:
             return ts[0] if batch_size <= bs[0] else ts[0] * batch_size / bs[0]
         # Segment [i - 1, i] that holds batch_size, clamped to the first/last for extrapolation.
-        i = min(max(bisect.bisect_left(bs, batch_size), 1), len(bs) - 1)
-        b0, b1, t0, t1 = bs[i - 1], bs[i], ts[i - 1], ts[i]
-        return max(0.0, t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0))
+        i = bisect.bisect_left(bs, batch_size)
+        if i < 1:
+            i = 1
+        elif i > last:
+            i = last
+        t = ts[i - 1] + self._slopes[i] * (batch_size - bs[i - 1])  # type: ignore[attr-defined]
+        return t if t > 0.0 else 0.0
 
     def predict_batched(self, nodes: int, max_batch: int | None = None) -> float:
         """Time (ms) to serve ``nodes`` in batches of at most ``max_batch`` (0 for no nodes)."""
@@ -272,6 +281,8 @@ class LoadSnapshot:
             several batches. (default: ``None``: one batch of any size)
         current (str, optional): the variant the dataset's stream is on (its last routed
             request), kept among near-ties while the device is busy. (default: ``None``)
+        speed (float, optional): the device's measured speed factor, the load of every variant
+            ``variants`` does not list (an idle one). (default: ``1.0``)
     """
 
     ahead_ms: float = 0.0
@@ -280,6 +291,7 @@ class LoadSnapshot:
     variants: Mapping[str, VariantLoad] = field(default_factory=dict)
     max_batch_nodes: int | None = None
     current: str | None = None
+    speed: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", MappingProxyType(dict(self.variants)))
@@ -299,7 +311,10 @@ class LoadSnapshot:
 
     def load(self, variant_id: str) -> VariantLoad:
         """The load of ``variant_id`` (idle when unknown)."""
-        return self.variants.get(variant_id, _IDLE)
+        load = self.variants.get(variant_id)
+        if load is not None:
+            return load
+        return _IDLE if self.speed == 1.0 else VariantLoad(speed=self.speed)
 
     def completion_ms(self, variant_id: str, service: ServiceCurve, num_nodes: int) -> float:
         """Predicted completion of ``num_nodes`` more nodes served by ``variant_id``.
@@ -569,26 +584,67 @@ def select_admitted(
     Raises:
         ValueError: on no candidates or a negative ``tie_margin``.
     """
+    if not admitted:
+        raise ValueError("select_admitted needs at least one candidate (got none)")
+    snap = snapshot or LoadSnapshot()
+    stream, cap = snap.stream_nodes + request.num_nodes, snap.max_batch_nodes
+    service_ms = [c.service.predict_batched(stream, cap) for c in admitted]
+    return select_timed(request, admitted, service_ms, snap, tie_margin=tie_margin)
+
+
+def select_timed(
+    request: RequestSpec,
+    admitted: Sequence[Candidate],
+    service_ms: Sequence[float],
+    snapshot: LoadSnapshot,
+    *,
+    tie_margin: float = 0.0,
+    considered: tuple[str, ...] | None = None,
+) -> Selection:
+    """:func:`select_admitted` given each candidate's profiled service time for the stream.
+
+    ``service_ms[i]`` is ``admitted[i].service.predict_batched(snapshot.stream_nodes +
+    request.num_nodes, snapshot.max_batch_nodes)``: it depends on the stream's size only, so a
+    router keeps it per size and admitted set; this part applies the load (the work ahead, each
+    variant's speed and room). ``considered`` is the admitted variants' ids (computed when not
+    given).
+
+    Raises:
+        ValueError: on no candidates, a negative ``tie_margin`` or ``service_ms`` not one per
+            candidate.
+    """
     if not math.isfinite(tie_margin) or tie_margin < 0:
         raise ValueError(
             f"select_variant tie_margin must be a finite number >= 0 (got {tie_margin})"
         )
-    if not admitted:
-        raise ValueError("select_admitted needs at least one candidate (got none)")
-    snap = snapshot or LoadSnapshot()
-    n, slo_ms = request.num_nodes, request.target_ms
-    considered = tuple(c.variant_id for c in admitted)
+    if not admitted or len(service_ms) != len(admitted):
+        raise ValueError(
+            f"select_timed needs one service time per candidate (got {len(service_ms)} for "
+            f"{len(admitted)} candidates)"
+        )
+    snap, n, slo_ms = snapshot, request.num_nodes, request.target_ms
+    if considered is None:
+        considered = tuple(c.variant_id for c in admitted)
     loads = snap.variants
-    within = [c for c in admitted if loads.get(c.variant_id, _IDLE).room_nodes >= n]
-    within = within or list(admitted)
-    wait = max(0.0, snap.ahead_ms)
+    wait = snap.ahead_ms if snap.ahead_ms > 0.0 else 0.0
     # (predicted, candidate) in most-accurate-first order: snap.completion_ms, unrolled (every
-    # request runs this).
-    stream, cap = snap.stream_nodes + n, snap.max_batch_nodes
-    scored = [
-        (wait + loads.get(c.variant_id, _IDLE).speed * c.service.predict_batched(stream, cap), c)
-        for c in within
-    ]
+    # request runs this); a variant the snapshot does not list is idle: the device's speed.
+    speed = snap.speed
+    if loads:
+        scored = []
+        for c, t in zip(admitted, service_ms, strict=True):
+            load = loads.get(c.variant_id)
+            if load is None:
+                scored.append((wait + speed * t, c))
+            elif load.room_nodes >= n:
+                scored.append((wait + load.speed * t, c))
+        if not scored:  # no queue takes the request: the choice as if all did (it will wait)
+            scored = [
+                (wait + loads[c.variant_id].speed * t, c)
+                for c, t in zip(admitted, service_ms, strict=True)
+            ]
+    else:
+        scored = [(wait + speed * t, c) for c, t in zip(admitted, service_ms, strict=True)]
 
     if slo_ms is not None:
         for predicted, c in scored:  # most accurate first
@@ -596,10 +652,17 @@ def select_admitted(
                 return Selection(c.variant_id, predicted, wait, True, considered)
 
     # `scored` is most accurate first, so the first within the tie band is the most accurate tie.
-    band = min(s[0] for s in scored) * (1.0 + tie_margin)
-    ties = [s for s in scored if s[0] <= band]
+    band = min([s[0] for s in scored]) * (1.0 + tie_margin)
     keep = snap.current if snap.busy else None
-    predicted, c = next((s for s in ties if s[1].variant_id == keep), ties[0])
+    first = None
+    for s in scored:
+        if s[0] <= band:
+            if s[1].variant_id == keep:
+                first = s
+                break
+            if first is None:
+                first = s
+    predicted, c = first
     return Selection(
         c.variant_id, predicted, wait, False if slo_ms is not None else None, considered
     )

@@ -62,6 +62,7 @@ from gnnaas.serving.core.policy import (
     choice_without_load,
     fastest_everywhere,
     select_admitted,
+    select_timed,
 )
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
@@ -87,6 +88,7 @@ _SCALE_BOUNDS = (0.1, 20.0)
 # Admissible sets kept per (dataset, tolerance); tolerances are numbers clients choose, so the
 # cache is emptied when it reaches this size instead of growing without bound.
 _ADMITTED_CACHE_SIZE = 256
+_IDLE_CACHE_SIZE = 1024  # request (or stream) sizes whose choice (or times) one admitted set keeps
 
 
 class _Admitted(NamedTuple):
@@ -98,6 +100,8 @@ class _Admitted(NamedTuple):
     fastest: frozenset[str]  # policy.fastest_everywhere(admitted)
     computed: tuple[Candidate, ...]  # admitted minus precomputed variants (for stale nodes)
     computed_ids: tuple[str, ...]  # their variant ids, in that order
+    idle: dict[int, Selection]  # the choice for n nodes when no lane has work (speed 1)
+    service: dict[int, list[float]]  # the admitted's profiled times for a stream of n nodes
 
 
 class NotFoundError(ConfigError, LookupError):
@@ -317,9 +321,9 @@ class Router:
         self._factory = executor_factory or default_executor_factory(registry.device)
         self._lanes: dict[tuple[str, str], Lane] = {}
         # (the lanes they were computed from, {dataset: (its lanes, the other lanes)})
-        self._groups: tuple[dict[tuple[str, str], Lane], dict[str, Any]] = ({}, {})
         self.speed = Speed(settings.load_ewma_alpha)
         self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
+        self._active: set[Lane] = set()  # lanes given work and not yet seen idle
         self._admitted: dict[tuple[str, float], _Admitted] = {}  # by (dataset, tolerance)
         self._gate: asyncio.Semaphore | None = None
         # Lanes of a previous generation still serving the requests queued on them.
@@ -414,6 +418,7 @@ class Router:
         for dataset, variant in old.keys() - lanes.keys():
             self.metrics.untrack_drift(dataset, variant)
         retired = list(old.values())
+        self._active.difference_update(retired)  # counted among the draining lanes instead
         self._draining.extend(retired)
         drain = asyncio.ensure_future(self._drain(retired))
         self._drains.add(drain)
@@ -534,26 +539,28 @@ class Router:
         ahead, waiting, running = 0.0, 0, 0
         for lane in self._draining:  # only during a reload: the last batches of the old lanes
             ahead += lane.running_ms(now) + lane.queued_ms()
-        # Every request reads this: idle lanes (most of them) cost a check, not a prediction.
+        # Every request reads this: only the lanes with work (few, whatever the number of
+        # variants) are visited; a lane that went idle since is dropped from the set here.
         this = dataset.name
-        own, others = self._lane_groups(this)
-        for lane in own:
+        busy: dict[str, Lane] = {}
+        for lane in list(self._active):
             b = lane.batcher
+            if b.in_flight_since is None and b.queued_requests == 0:
+                self._active.discard(lane)
+                continue
             if b.in_flight_since is not None:
                 ahead += lane.running_ms(now)
-            waiting += b.queued_ahead(priority)
-            running += b.in_flight_nodes
-        for lane in others:
-            b = lane.batcher
-            if b.in_flight_since is not None:
-                ahead += lane.running_ms(now)
-            if b.queued_nodes:
+            if lane.dataset.name == this and lane.dataset is dataset:
+                waiting += b.queued_ahead(priority)
+                running += b.in_flight_nodes
+                busy[lane.variant.variant_id] = lane
+            elif b.queued_nodes:
                 ahead += lane.queued_ms()
         loads = {}
         if variant_ids is not None:
             for v in variant_ids:
-                own = self._lanes.get((this, v))
-                if own is not None:
+                own = busy.get(v)
+                if own is not None:  # an idle variant's load is the snapshot's default
                     b = own.batcher
                     loads[v] = VariantLoad(
                         queued_nodes=b.queued_nodes,
@@ -567,6 +574,7 @@ class Router:
             variants=loads,
             max_batch_nodes=self.settings.max_batch_nodes,
             current=self._last.get(dataset.name),
+            speed=self.speed.factor,
         )
         if variant_ids is not None:
             return base
@@ -584,19 +592,6 @@ class Router:
                 room_nodes=own.batcher.room_nodes,
             )
         return dataclasses.replace(base, variants=loads)
-
-    def _lane_groups(self, dataset: str) -> tuple[tuple[Lane, ...], tuple[Lane, ...]]:
-        """``dataset``'s lanes and every other dataset's (cached until the lanes are replaced)."""
-        lanes, groups = self._groups
-        if lanes is not self._lanes:
-            groups = {}
-            self._groups = (self._lanes, groups)
-        hit = groups.get(dataset)
-        if hit is None:
-            own = tuple(lane for (name, _), lane in self._lanes.items() if name == dataset)
-            others = tuple(lane for (name, _), lane in self._lanes.items() if name != dataset)
-            hit = groups[dataset] = (own, others)
-        return hit
 
     def admitted(self, dataset: ServedDataset, tolerance: float) -> tuple[Candidate, ...]:
         """``dataset``'s candidates admissible under ``tolerance``, most accurate first (cached).
@@ -622,8 +617,39 @@ class Router:
             fastest_everywhere(admitted),
             computed,
             tuple(c.variant_id for c in computed),
+            {},
+            {},
         )
         return entry
+
+    def _idle_choice(self, entry: _Admitted, num_nodes: int) -> Selection:
+        """:func:`select_admitted` on an idle device (nothing queued or running anywhere):
+        the predicted times are the device's speed times the curves at ``num_nodes``, whose
+        order the speed does not change, so the choice is computed once per request size."""
+        hit = entry.idle.get(num_nodes)
+        if hit is None:
+            if len(entry.idle) >= _IDLE_CACHE_SIZE:
+                entry.idle.clear()
+            spec = RequestSpec(num_nodes, math.inf)
+            snapshot = LoadSnapshot(max_batch_nodes=self.settings.max_batch_nodes)
+            hit = entry.idle[num_nodes] = select_admitted(
+                spec, entry.admitted, snapshot, tie_margin=self.settings.tie_margin
+            )
+        speed = self.speed.factor
+        return Selection(hit.variant_id, hit.predicted_ms * speed, 0.0, None, entry.ids)
+
+    def _service_ms(self, entry: _Admitted, stream_nodes: int) -> list[float]:
+        """The admitted variants' profiled times for a stream of ``stream_nodes`` nodes, kept
+        per size (:func:`select_timed` applies the load to them)."""
+        hit = entry.service.get(stream_nodes)
+        if hit is None:
+            if len(entry.service) >= _IDLE_CACHE_SIZE:
+                entry.service.clear()
+            cap = self.settings.max_batch_nodes
+            hit = entry.service[stream_nodes] = [
+                c.service.predict_batched(stream_nodes, cap) for c in entry.admitted
+            ]
+        return hit
 
     def _busy_with_room(self, dataset: ServedDataset, variant_id: str, num_nodes: int) -> bool:
         """Whether ``variant_id``'s lane runs or holds work (the stream is on it) and its queue
@@ -684,12 +710,17 @@ class Router:
         )
         if keep is not None:
             selection = Selection(keep, math.nan, math.nan, None, entry.ids)
+        elif not self._active and not self._draining and request.target_ms is None:
+            selection = self._idle_choice(entry, num_nodes)
         else:
-            selection = select_admitted(
+            snapshot = self.load_snapshot(dataset, entry.ids, priority)
+            selection = select_timed(
                 request,
                 entry.admitted,
-                self.load_snapshot(dataset, entry.ids, priority),
+                self._service_ms(entry, snapshot.stream_nodes + num_nodes),
+                snapshot,
                 tie_margin=self.settings.tie_margin,
+                considered=entry.ids,
             )
         variant = dataset.variants[selection.variant_id]
         answers = variant.answers
@@ -799,6 +830,7 @@ class Router:
                 "retry",
                 self.settings.retry_after_s,
             )
+        self._active.add(lane)  # busy from now until load_snapshot finds it idle
         try:
             out = await lane.batcher.submit(
                 ExecRequest(nodes, output), num_nodes, priority=priority, expires=expires
