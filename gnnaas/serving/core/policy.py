@@ -296,6 +296,32 @@ class LoadSnapshot:
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", MappingProxyType(dict(self.variants)))
 
+    @classmethod
+    def measured(
+        cls,
+        ahead_ms: float,
+        waiting_nodes: int,
+        running_nodes: int,
+        variants: dict[str, VariantLoad],
+        max_batch_nodes: int | None,
+        current: str | None,
+        speed: float,
+    ) -> LoadSnapshot:
+        """The snapshot of these fields, built for a decision: ``variants`` is taken over (a
+        fresh dict the caller no longer changes) instead of copied, and the fields are set
+        without the frozen dataclass's per-field checks (the router builds one per request)."""
+        self = object.__new__(cls)
+        self.__dict__.update(
+            ahead_ms=ahead_ms,
+            waiting_nodes=waiting_nodes,
+            running_nodes=running_nodes,
+            variants=MappingProxyType(variants),
+            max_batch_nodes=max_batch_nodes,
+            current=current,
+            speed=speed,
+        )
+        return self
+
     @property
     def busy(self) -> bool:
         """Whether anything runs or waits ahead of the dataset's next batch.
@@ -628,23 +654,22 @@ def select_timed(
     loads = snap.variants
     wait = snap.ahead_ms if snap.ahead_ms > 0.0 else 0.0
     # (predicted, candidate) in most-accurate-first order: snap.completion_ms, unrolled (every
-    # request runs this); a variant the snapshot does not list is idle: the device's speed.
+    # request runs this); a variant the snapshot does not list is idle (the device's speed), so
+    # only the listed ones (the busy lanes: few) are looked up.
     speed = snap.speed
+    scored = [(wait + speed * t, c) for c, t in zip(admitted, service_ms, strict=True)]
     if loads:
-        scored = []
-        for c, t in zip(admitted, service_ms, strict=True):
-            load = loads.get(c.variant_id)
-            if load is None:
-                scored.append((wait + speed * t, c))
-            elif load.room_nodes >= n:
-                scored.append((wait + load.speed * t, c))
-        if not scored:  # no queue takes the request: the choice as if all did (it will wait)
-            scored = [
-                (wait + loads[c.variant_id].speed * t, c)
-                for c, t in zip(admitted, service_ms, strict=True)
-            ]
-    else:
-        scored = [(wait + speed * t, c) for c, t in zip(admitted, service_ms, strict=True)]
+        full = []
+        for v, load in loads.items():
+            if v in considered:
+                i = considered.index(v)
+                scored[i] = (wait + load.speed * service_ms[i], admitted[i])
+                if load.room_nodes < n:
+                    full.append(i)
+        # Variants whose queue cannot take the request are left out, unless no queue can (the
+        # choice is then made as if every queue could: the request waits or is refused there).
+        if full and len(full) < len(scored):
+            scored = [s for i, s in enumerate(scored) if i not in full]
 
     if slo_ms is not None:
         for predicted, c in scored:  # most accurate first

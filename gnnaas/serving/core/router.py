@@ -567,14 +567,14 @@ class Router:
                         speed=own.scale,
                         room_nodes=b.room_with_eviction(priority),
                     )
-        base = LoadSnapshot(
-            ahead_ms=ahead / self.settings.max_concurrent_batches,
-            waiting_nodes=waiting,
-            running_nodes=running,
-            variants=loads,
-            max_batch_nodes=self.settings.max_batch_nodes,
-            current=self._last.get(dataset.name),
-            speed=self.speed.factor,
+        base = LoadSnapshot.measured(
+            ahead / self.settings.max_concurrent_batches,
+            waiting,
+            running,
+            loads if variant_ids is not None else {},  # the full snapshot's loads come below
+            self.settings.max_batch_nodes,
+            self._last.get(dataset.name),
+            self.speed.factor,
         )
         if variant_ids is not None:
             return base

@@ -1,0 +1,202 @@
+"""What one routing decision costs: ``Router.select`` per request, idle and under a backlog.
+
+The router decides every request in the event loop, so its decision time is paid by every
+request (docs/architecture.md §5). For each dataset this script loads the variants and profiles of
+the default plan (:func:`common.prepare`, reused when present) in-process, exactly as
+``gnnaas serve`` does (``VariantRegistry.load``, a :class:`~gnnaas.serving.core.router.Router`),
+and times ``Router.select`` for requests of 1 and 64 nodes at tolerances 0, 1, 2 and 5:
+
+- **idle**: nothing queued or running (the common case at low load);
+- **busy**: a backlog of real requests queued on the slowest routed variant and one batch
+  running (the decision then reads the load of the busy lanes). The event loop does not run
+  while a timing loop does, so the backlog is the same for every decision timed.
+
+Each figure is the median over ``--rounds`` rounds of ``--decisions`` back-to-back decisions. The
+page also gives how many variants the dataset has, how many are on the frontier (routed) and
+how many each tolerance admits. The goal (issue 25): at most ~10 µs per decision, whatever the
+number of variants.
+
+Writes ``decision.json`` and ``decision.md`` rendered from it (``benchmarks/results/`` unless
+``--out``); ``--render decision.json`` rewrites the page from a saved run.
+
+Example:
+    python benchmarks/bench_decision.py --datasets synth-flickr@0.2 Cora
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from common import (
+    FULL,
+    RESULTS,
+    command_line,
+    machine_info,
+    prepare,
+    render_saved,
+    save_results,
+    say,
+    shown,
+    utc_now,
+)
+
+__all__ = ["main", "render"]
+
+TOLERANCES = (0.0, 1.0, 2.0, 5.0)
+SIZES = (1, 64)
+GOAL_US = 10.0
+
+
+def _time_select(router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: int) -> float:
+    """Median over ``rounds`` of the mean µs of ``n`` decisions (the stream kept as is)."""
+    select, last = router.select, router._last
+    current = last.get(ds.name)
+    per_round = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            select(ds, nodes, tolerance=tol)
+        per_round.append((time.perf_counter() - start) / n * 1e6)
+        if current is None:
+            last.pop(ds.name, None)
+        else:
+            last[ds.name] = current
+    return statistics.median(per_round)
+
+
+async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> dict[str, Any]:
+    import torch
+
+    from gnnaas.serving import Router, Settings, VariantRegistry
+
+    settings = Settings(
+        variants_dir=variants,
+        profiles_dir=profiles,
+        datasets=[dataset],
+        warmup=False,
+        device=args.device,
+        inline_max_nodes=0,
+    )
+    registry = VariantRegistry.load(settings)
+    router = Router(registry, settings)
+    await router.start()
+    try:
+        ds = next(iter(registry.datasets.values()))
+        routed = [c.variant_id for c in ds.candidates]
+        out: dict[str, Any] = {
+            "variants": len(ds.variants),
+            "routed": len(routed),
+            "dominated": len(ds.dominated_by),
+            "admitted": {str(t): len(router.admitted(ds, t)) for t in TOLERANCES},
+            "idle": {},
+            "busy": {},
+        }
+        for tol in TOLERANCES:
+            for size in SIZES:
+                us = _time_select(router, ds, size, tol, args.decisions, args.rounds)
+                out["idle"][f"{tol:g}/{size}"] = round(us, 2)
+        # A backlog on the slowest routed variant: one batch running, the rest queued.
+        slowest = max(ds.candidates, key=lambda c: c.service.predict(64)).variant_id
+        ids = torch.arange(min(ds.num_nodes, 64))
+        backlog = [
+            asyncio.ensure_future(router.predict(ds, ids, pinned=slowest)) for _ in range(40)
+        ]
+        lane = router.lane(ds.name, slowest)
+        for _ in range(1000):
+            await asyncio.sleep(0)
+            if lane.batcher.in_flight_since is not None and lane.batcher.queued_requests:
+                break
+        busy_state = {
+            "variant": slowest,
+            "queued_nodes": lane.batcher.queued_nodes,
+            "running_nodes": lane.batcher.in_flight_nodes,
+        }
+        for tol in TOLERANCES:
+            for size in SIZES:
+                us = _time_select(router, ds, size, tol, args.decisions, args.rounds)
+                out["busy"][f"{tol:g}/{size}"] = round(us, 2)
+        busy_state["still_queued_nodes"] = lane.batcher.queued_nodes
+        out["backlog"] = busy_state
+        await asyncio.gather(*backlog)
+        return out
+    finally:
+        await router.stop()
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "# Routing decision cost",
+        "",
+        f"Machine: {m['cpu']} ({m['cores']} cores), torch {m['torch']}, run {results['run_at']}.",
+        "",
+        "`Router.select` per request, in-process on the default plan's variants and profiles, "
+        "the median over rounds of back-to-back decisions (µs). **idle**: nothing queued or "
+        "running; **busy**: a backlog queued on the slowest routed variant with one batch "
+        f"running. Goal: ≤ ~{GOAL_US:g} µs whatever the number of variants.",
+        "",
+        f"Reproduce: `{results['command']}`",
+        "",
+    ]
+    for name, d in results["datasets"].items():
+        b = d["backlog"]
+        lines += [
+            f"## {name}",
+            "",
+            f"{d['variants']} variants, {d['routed']} on the frontier (routed), "
+            f"{d['dominated']} dominated. Backlog: `{b['variant']}` with {b['queued_nodes']} "
+            f"nodes queued and {b['running_nodes']} running ({b['still_queued_nodes']} still "
+            "queued when the timing ended).",
+            "",
+            "| tolerance | admitted | idle, 1 node | idle, 64 nodes | busy, 1 node "
+            "| busy, 64 nodes |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for tol in TOLERANCES:
+            cells = [
+                f"{d[state][f'{tol:g}/{size}']:.1f}" for state in ("idle", "busy") for size in SIZES
+            ]
+            lines.append(f"| {tol:g} | {d['admitted'][str(tol)]} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=["synth-flickr@0.2", "Cora"])
+    parser.add_argument("--workdir", type=Path, default=Path(".cache/bench"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--decisions", type=int, default=20000, help="decisions per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--render", type=Path, help="rewrite the page from a saved JSON")
+    args = parser.parse_args(argv)
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    os.environ.setdefault("GNNAAS_LOG_LEVEL", "WARNING")
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "run_at": utc_now(),
+        "command": command_line("bench_decision.py", argv),
+        "datasets": {},
+    }
+    for dataset in args.datasets:
+        variants, profiles = prepare(replace(FULL, dataset=dataset), args.workdir, args.device)
+        say(f"{dataset}: timing decisions on {shown(variants)}")
+        results["datasets"][dataset] = asyncio.run(_measure(variants, profiles, dataset, args))
+        say(f"{dataset}: {results['datasets'][dataset]}")
+    save_results("decision", results, render, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
