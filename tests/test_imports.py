@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import subprocess
@@ -81,3 +82,88 @@ def test_lazy_names_match_all(name: str) -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         module.nope  # noqa: B018
     assert set(module.__all__) <= set(dir(module))
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The gnnaas modules ``path`` imports anywhere (functions included: a lazy import is still
+    an edge), except under ``if TYPE_CHECKING:``; ``from a import b`` is ``a.b`` when that is a
+    module, else ``a``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(_without_type_checking(ast.parse(path.read_text()))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            for a in node.names:
+                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base)
+    return {m for m in out if m in modules and m != name}
+
+
+def _without_type_checking(tree: ast.Module) -> ast.Module:
+    class Strip(ast.NodeTransformer):
+        def visit_If(self, node: ast.If) -> ast.AST | None:
+            if "TYPE_CHECKING" in ast.unparse(node.test):
+                return None
+            return self.generic_visit(node)
+
+    return Strip().visit(tree)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycles_are_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_gnnaas() -> None:
+    """No gnnaas module imports, directly or through others, one that imports it back, not even
+    from inside a function: the layers of docs/architecture.md §2 depend one way."""
+    paths = sorted((REPO / "gnnaas").rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _imports(p, _module_name(p), modules) for p in paths}
+    assert len(graph) > 50 and graph["gnnaas.serving.core.router"]  # the walk saw the package
+    assert _cycles(graph) == []

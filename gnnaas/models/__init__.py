@@ -1,7 +1,8 @@
 """SAGE and GIN from ``torch_geometric.nn`` convolutions; one forward for blocks and graphs; int8
 copies for CPU inference."""
 
-from gnnaas.models.base import FAMILIES, GNN, Arch, build_model
+from gnnaas.models.base import FAMILIES, GNN, Arch
+from gnnaas.models.build import build_model
 from gnnaas.models.gin import GIN
 from gnnaas.models.quantize import (
     PRECISIONS,

@@ -1,4 +1,4 @@
-"""The GNN base class shared by SAGE and GIN, the :class:`Arch` choice and :func:`build_model`.
+"""The GNN base class shared by SAGE and GIN and the :class:`Arch` choice.
 
 A :class:`GNN` is a stack of ``num_layers`` PyG message-passing convolutions with ReLU and dropout
 between them. Subclasses differ only in :meth:`GNN.init_conv` (which convolution a layer uses)
@@ -30,11 +30,11 @@ from gnnaas.errors import ConfigError
 if TYPE_CHECKING:
     from gnnaas.sampling import Block
 
-__all__ = ["FAMILIES", "SPARSE_MIN_ELEMENTS", "Arch", "GNN", "aggregate_neighbors", "build_model"]
+__all__ = ["FAMILIES", "SPARSE_MIN_ELEMENTS", "Arch", "GNN", "aggregate_neighbors"]
 
 
 FAMILIES = ("gnnaas", "pyg")
-"""Layer layouts :func:`build_model` builds (see its ``family`` argument)."""
+"""Layer layouts :func:`~gnnaas.models.build_model` builds (see its ``family`` argument)."""
 
 
 # torch notes once per process that CSR tensors are "beta"; gnnaas uses only their product with
@@ -394,51 +394,3 @@ class GNN(torch.nn.Module):
             f"{self.out_channels}, num_layers={self.num_layers}, dropout={self.dropout}"
             f"{precision})"
         )
-
-
-def build_model(
-    arch: str | Arch,
-    in_channels: int,
-    hidden_channels: int,
-    out_channels: int,
-    num_layers: int = 2,
-    dropout: float = 0.5,
-    family: str = "gnnaas",
-) -> GNN:
-    """Builds an untrained model of architecture ``arch``.
-
-    Args:
-        arch (str | Arch): ``sage`` or ``gin`` (any case).
-        in_channels (int): number of input features.
-        hidden_channels (int): width of the hidden layers.
-        out_channels (int): number of classes.
-        num_layers (int, optional): number of convolutions. (default: ``2``)
-        dropout (float, optional): dropout between layers. (default: ``0.5``)
-        family (str, optional): the layer layout: ``gnnaas`` (:class:`~gnnaas.models.SAGE`,
-            :class:`~gnnaas.models.GIN`) or ``pyg``, that of PyG's own ``GraphSAGE`` and ``GIN``
-            models (:mod:`gnnaas.models.pyg`), for variants of a user's PyG model.
-            (default: ``"gnnaas"``)
-
-    Returns:
-        GNN: a model of that architecture and layout.
-
-    Raises:
-        ConfigError: ``arch`` is not an architecture or ``family`` not a layout.
-
-    Example:
-        >>> build_model("sage", 1433, 256, 7)
-        SAGE(1433, 256, 7, num_layers=2, dropout=0.5)
-    """
-    from gnnaas.models.gin import GIN
-    from gnnaas.models.pyg import PyGGIN, PyGSAGE
-    from gnnaas.models.sage import SAGE
-
-    families: dict[str, dict[Arch, type[GNN]]] = {
-        "gnnaas": {Arch.SAGE: SAGE, Arch.GIN: GIN},
-        "pyg": {Arch.SAGE: PyGSAGE, Arch.GIN: PyGGIN},
-    }
-    if family not in families:
-        raise ConfigError(f"unknown model family {family!r}; choose {' or '.join(families)}")
-    return families[family][Arch.parse(arch)](
-        in_channels, hidden_channels, out_channels, num_layers=num_layers, dropout=dropout
-    )
