@@ -1,13 +1,14 @@
 """Runs the README's command blocks top to bottom and checks what they print.
 
-Every fenced ```bash block of README.md runs, in order, in one bash process per block started in
-the repository root (``.venv/bin`` first on ``PATH``, as after ``source .venv/bin/activate``), with
-the same environment for all blocks (``GNNAAS_DATA`` the data root; scratch folders under a fresh
-temporary directory, so a run on a clone leaves nothing behind but what the README's own commands
-write). A block fails when it exits non-zero or when a text it quotes does not appear in its
-output: a line ``# expect: TEXT`` inside a block names TEXT the block's output (stdout and stderr)
-must contain, case-insensitively. A block preceded by ``<!-- readme-check: skip (why) -->`` is
-shown but not run (the test suite itself, say), and one preceded by ``<!-- readme-check: timeout
+Every fenced ```bash block of README.md runs, in order, in one bash process per block started in the
+repository root (``.venv/bin`` first on ``PATH``, as after ``source .venv/bin/activate``), with the
+same environment for all blocks (``GNNAAS_DATA`` the data root; scratch folders under a fresh
+temporary directory: ``GNNAAS_HOME``, where imported graphs go, is one there, so a run leaves the
+user's data home alone; the README's own commands write ``variants/`` and ``profiles/`` in the
+clone, as they say). A block fails when it exits non-zero or when a text it quotes does not appear
+in its output: a line ``# expect: TEXT`` inside a block names TEXT the block's output (stdout and
+stderr) must contain, case-insensitively. A block preceded by ``<!-- readme-check: skip (why) -->``
+is shown but not run (the test suite itself, say), and one preceded by ``<!-- readme-check: timeout
 N -->`` may run N seconds (default 600).
 
 Background servers a block starts (``... &``) are stopped when it ends: each block runs in its own
@@ -83,6 +84,24 @@ def blocks(readme: Path) -> list[Block]:
     return out
 
 
+def _stop_group(pgid: int, grace_s: float = 20.0) -> None:
+    """Stops what a block left running (servers it started in the background): SIGTERM to its
+    process group, then SIGKILL after ``grace_s``; returns once the group is gone, so the next
+    block finds its port free."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
 def run_block(block: Block, env: dict[str, str]) -> tuple[bool, str, float]:
     """Runs one block; ``(ok, output, seconds)``."""
     script = "set -e\n" + block.text + "\n"
@@ -105,10 +124,7 @@ def run_block(block: Block, env: dict[str, str]) -> tuple[bool, str, float]:
         output += f"\n[readme-check: timed out after {block.timeout_s:.0f} s]"
         code = -1
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _stop_group(proc.pid)
     seconds = time.monotonic() - start
     missing = [e for e in block.expects if e.lower() not in output.lower()]
     if missing:
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         **os.environ,
         "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         "GNNAAS_DATA": os.environ.get("GNNAAS_DATA", str(REPO.parent / "shared" / "data")),
-        "README_SCRATCH": str(scratch),
+        "GNNAAS_HOME": str(scratch / "home"),  # imported datasets: not the user's own home
     }
     failed = 0
     total = time.monotonic()
