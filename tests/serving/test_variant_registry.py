@@ -170,8 +170,8 @@ def test_feature_caches_are_planned_on_cuda_only_within_the_budget(
 
     from gnnaas.inference.executor import ExecRequest
     from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
+    from gnnaas.serving.core.lane import default_executor_factory
     from gnnaas.serving.core.registry import _plan_feature_caches
-    from gnnaas.serving.core.router import default_executor_factory
 
     stores["tiny"] = store = tiny_store()
     write_tiny_repository(tmp_path, store)

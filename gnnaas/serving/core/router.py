@@ -28,6 +28,10 @@ that profiled is noticed after a few batches.
 :meth:`Router.reload` replaces the served set (a new *generation*) without failing a request: the
 new lanes are built and warmed up off to the side, swapped in on the event loop, and the old ones
 drain what was queued on them (:mod:`gnnaas.serving.core.reload` drives it).
+
+Each variant's executor and batcher form a :class:`~gnnaas.serving.core.lane.Lane`; the admissible
+sets per tolerance and what decisions reuse are kept in
+:class:`~gnnaas.serving.core.admitted.AdmittedSets`.
 """
 
 from __future__ import annotations
@@ -38,19 +42,25 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
-from gnnaas.inference.cache import FeatureCache
-from gnnaas.inference.executor import ExecRequest, ExecResult, Executor, Output
-from gnnaas.serving.core.batcher import Batcher, BatchStats
-from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.inference.executor import ExecRequest, Output
+from gnnaas.serving.core.admitted import AdmittedSets
+from gnnaas.serving.core.lane import (
+    ExecutorFactory,
+    Lane,
+    Speed,
+    build_lanes,
+    default_executor_factory,
+    discard_lanes,
+)
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.core.policy import (
     Candidate,
@@ -58,50 +68,16 @@ from gnnaas.serving.core.policy import (
     RequestSpec,
     Selection,
     VariantLoad,
-    candidates_within,
     choice_without_load,
-    fastest_everywhere,
     select_admitted,
     select_timed,
 )
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
 
-__all__ = [
-    "ExecutorFactory",
-    "Lane",
-    "NotFoundError",
-    "Prediction",
-    "Router",
-    "Speed",
-    "default_executor_factory",
-]
+__all__ = ["NotFoundError", "Prediction", "Router"]
 
 _log = logging.getLogger(__name__)
-
-ExecutorFactory = Callable[
-    [ServedDataset, ServingVariant], Callable[[Sequence[ExecRequest]], list[ExecResult]]
-]
-"""Builds the blocking batch handler of one variant (default: :class:`Executor`)."""
-
-_SCALE_BOUNDS = (0.1, 20.0)
-# Admissible sets kept per (dataset, tolerance); tolerances are numbers clients choose, so the
-# cache is emptied when it reaches this size instead of growing without bound.
-_ADMITTED_CACHE_SIZE = 256
-_IDLE_CACHE_SIZE = 1024  # request (or stream) sizes whose choice (or times) one admitted set keeps
-
-
-class _Admitted(NamedTuple):
-    """What the router keeps per (dataset, tolerance): derived from the candidates only."""
-
-    source: tuple[Candidate, ...]  # the dataset's candidates it was computed from
-    admitted: tuple[Candidate, ...]  # most accurate first
-    ids: tuple[str, ...]  # their variant ids, in that order
-    fastest: frozenset[str]  # policy.fastest_everywhere(admitted)
-    computed: tuple[Candidate, ...]  # admitted minus precomputed variants (for stale nodes)
-    computed_ids: tuple[str, ...]  # their variant ids, in that order
-    idle: dict[int, Selection]  # the choice for n nodes when no lane has work (speed 1)
-    service: dict[int, list[float]]  # the admitted's profiled times for a stream of n nodes
 
 
 class NotFoundError(ConfigError, LookupError):
@@ -139,162 +115,6 @@ class Prediction:
     graph_version: int = 0
 
 
-def default_executor_factory(
-    device: Any,
-) -> ExecutorFactory:
-    """Builds an :class:`Executor` per variant on ``device``, with the variant's device feature
-    cache when it has planned ``cache_nodes``."""
-
-    def build(
-        dataset: ServedDataset, variant: ServingVariant
-    ) -> Callable[[Sequence[ExecRequest]], list[ExecResult]]:
-        live = dataset.live
-        features = dataset.features(variant.kept_features)
-        nodes = variant.cache_nodes
-        return Executor(
-            variant.model,
-            features,
-            dataset.sampler(variant.fanouts),
-            device=device,
-            multi_label=bool(dataset.store.multi_label),
-            name=f"{dataset.name}/{variant.variant_id}",
-            graph_version=None if live is None else (lambda: live.graph.version),
-            answers=variant.answers,
-            cache=None if nodes is None else FeatureCache(features, nodes, device),
-        )
-
-    return build
-
-
-class Speed:
-    """Measured speed of a device: an EWMA of observed / profiled batch time (1.0 = as profiled).
-
-    Args:
-        alpha (float): weight of the newest batch.
-    """
-
-    def __init__(self, alpha: float) -> None:
-        self.alpha = alpha
-        self.factor = 1.0
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(factor={self.factor:.3f})"
-
-    def observe(self, duration_ms: float, predicted_ms: float) -> None:
-        """Folds one batch that took ``duration_ms`` against a profiled ``predicted_ms``."""
-        if predicted_ms <= 0:
-            return
-        ratio = min(max(duration_ms / predicted_ms, _SCALE_BOUNDS[0]), _SCALE_BOUNDS[1])
-        self.factor += self.alpha * (ratio - self.factor)
-
-
-class Lane:
-    """One variant's executor and batcher, with the device's measured speed.
-
-    Every served batch is also recorded as (batch nodes, time predicted by the variant's
-    unscaled profiled curve, measured time, the device factor in force while it ran) in
-    :attr:`drift` (a
-    :class:`~gnnaas.serving.core.drift.DriftRecord`, published by ``/metrics``), so a curve that is
-    wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
-    """
-
-    def __init__(
-        self,
-        dataset: ServedDataset,
-        variant: ServingVariant,
-        handler: Callable[[Sequence[ExecRequest]], list[ExecResult]],
-        settings: Settings,
-        metrics: ServingMetrics,
-        *,
-        speed: Speed,
-        gate: asyncio.Semaphore | None = None,
-    ) -> None:
-        self.dataset = dataset
-        self.variant = variant
-        self.handler = handler
-        self.speed = speed
-        self._metrics = metrics
-        self.drift = DriftRecord()  # published by the router when the lane goes live
-        self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
-            handler,
-            name=f"{dataset.name}/{variant.variant_id}",
-            max_batch_size=settings.max_batch_nodes,
-            max_wait_s=settings.max_wait_ms / 1e3,
-            max_queue_size=settings.max_queue_nodes,
-            on_batch=self._on_batch,
-            retry_after_s=settings.retry_after_s,
-            gate=gate,
-            inline_max_size=settings.inline_max_nodes,
-            predict_s=self._predict_s,
-        )
-
-    def _predict_s(self, nodes: int) -> float:
-        """The predicted time (s) of a batch of ``nodes`` on this lane: its profiled curve times
-        the device's measured speed (0 without a profile: only passed deadlines drop)."""
-        profile = self.variant.profile
-        if profile is None:
-            return 0.0
-        return self.speed.factor * profile.service.predict(nodes) / 1e3
-
-    @property
-    def scale(self) -> float:
-        """The measured observed / profiled time factor of this lane's device."""
-        return self.speed.factor
-
-    def _on_batch(self, stats: BatchStats) -> None:
-        self._metrics.batch(
-            self.dataset.name,
-            self.variant.variant_id,
-            stats.batch_size,
-            failed=stats.error is not None,
-        )
-        profile = self.variant.profile
-        if stats.error is not None or profile is None:
-            return
-        # The curve is indexed by unique nodes; requests of one batch may share some.
-        nodes = getattr(self.handler, "last_batch_seeds", None) or stats.batch_size
-        predicted_ms = profile.service.predict(nodes)
-        # The handler's own time (worker thread), the call the profile timed; the hand-off to
-        # and from the thread is the router's overhead, not the variant's.
-        measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
-        measured_ms = measured_s * 1e3
-        factor = self.speed.factor  # in force while the batch ran (this batch not yet folded in)
-        self.speed.observe(measured_ms, predicted_ms)
-        self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms, factor=factor)
-        self._metrics.batch_time(
-            self.dataset.name,
-            self.variant.variant_id,
-            predicted_s=predicted_ms / 1e3,
-            measured_s=measured_s,
-        )
-
-    def drift_summary(self) -> dict[str, Any]:
-        """Predicted (unscaled profiled curve) vs measured batch time of recent batches.
-
-        Returns:
-            dict: :meth:`~gnnaas.serving.core.drift.DriftRecord.summary` (``count``,
-            ``median_abs_rel_error``, ``median_rel_error``, ``predicted_ms_median``,
-            ``measured_ms_median``, ``by_batch_nodes``).
-        """
-        return self.drift.summary()
-
-    def running_ms(self, now: float) -> float:
-        """Predicted time left of the running batch (0 when idle or unprofiled)."""
-        profile, since = self.variant.profile, self.batcher.in_flight_since
-        if profile is None or since is None:
-            return 0.0
-        expected = self.scale * profile.service.predict(self.batcher.in_flight_nodes)
-        return max(expected - (now - since) * 1e3, 0.0)
-
-    def queued_ms(self) -> float:
-        """Predicted time to serve the nodes waiting in this lane (0 when unprofiled)."""
-        profile = self.variant.profile
-        if profile is None:
-            return 0.0
-        b = self.batcher
-        return self.scale * profile.service.predict_batched(b.queued_nodes, b.max_batch_size)
-
-
 class Router:
     """Routes requests to variants and batches them.
 
@@ -320,11 +140,10 @@ class Router:
         self.metrics = metrics or ServingMetrics()
         self._factory = executor_factory or default_executor_factory(registry.device)
         self._lanes: dict[tuple[str, str], Lane] = {}
-        # (the lanes they were computed from, {dataset: (its lanes, the other lanes)})
         self.speed = Speed(settings.load_ewma_alpha)
         self._last: dict[str, str] = {}  # dataset -> variant of its last routed request
         self._active: set[Lane] = set()  # lanes given work and not yet seen idle
-        self._admitted: dict[tuple[str, float], _Admitted] = {}  # by (dataset, tolerance)
+        self._admitted = AdmittedSets(settings.max_batch_nodes, settings.tie_margin)
         self._gate: asyncio.Semaphore | None = None
         # Lanes of a previous generation still serving the requests queued on them.
         self._draining: list[Lane] = []
@@ -405,7 +224,7 @@ class Router:
             raise OverloadedError("the server is starting or shutting down; reload later")
         lanes = await self._build_lanes(registry)
         if self.stopping:
-            await self._discard(lanes)
+            await discard_lanes(lanes)
             raise OverloadedError("the server is shutting down; reload abandoned")
         # -- the swap: no await from here until the old lanes are handed to the drain ----------
         old = self._lanes
@@ -428,73 +247,20 @@ class Router:
         return self.generation
 
     async def _build_lanes(self, registry: VariantRegistry) -> dict[tuple[str, str], Lane]:
-        """Every variant's executor and batcher (not started), warmed up when configured."""
-        lanes: dict[tuple[str, str], Lane] = {}
-        try:
-            for ds in registry.datasets.values():
-                for v in ds.variants.values():
-                    try:
-                        handler = await asyncio.to_thread(self._factory, ds, v)
-                    except Exception as exc:
-                        exc.add_note(f"while building variant {ds.name}/{v.variant_id}")
-                        raise
-                    lanes[(ds.name, v.variant_id)] = Lane(
-                        ds,
-                        v,
-                        handler,
-                        self.settings,
-                        self.metrics,
-                        speed=self.speed,
-                        gate=self._gate,
-                    )
-            if self.settings.warmup:
-                _log.info("warming up %d variants (one forward each)", len(lanes))
-                for (ds_name, v_id), lane in lanes.items():
-                    warm = [ExecRequest(torch.zeros(1, dtype=torch.long), output="proba")]
-                    try:
-                        async with self._gate or contextlib.nullcontext():
-                            await asyncio.to_thread(lane.handler, warm)
-                    except Exception as exc:
-                        exc.add_note(f"while warming up variant {ds_name}/{v_id}")
-                        raise
-            await self._retime(registry, lanes)
-        except Exception:
-            await self._discard(lanes)
-            raise
-        return lanes
-
-    async def _retime(self, registry: VariantRegistry, lanes: dict[tuple[str, str], Lane]) -> None:
-        """Re-times the curves measured under other execution settings (:mod:`.retime`).
-
-        At start-up nothing is served yet, so the curves are timed on this (the event loop's)
-        thread, as the server runs small batches; during a reload in a worker thread, beside the
-        previous set's traffic (the figures are then a little noisier).
-        """
-        from gnnaas.inference.settings import execution_settings
-        from gnnaas.serving.core.retime import needs_retime, retime_curves
-
-        todo = [ds for ds in registry.datasets.values() if needs_retime(ds)]
-        if not todo:
-            return
-        current = execution_settings(
-            registry.device, inline_max_nodes=self.settings.inline_max_nodes
+        return await build_lanes(
+            registry,
+            self._factory,
+            self.settings,
+            self.metrics,
+            speed=self.speed,
+            gate=self._gate,
+            serving=self.started,
         )
-        for ds in todo:
-            handlers = {v: lane.handler for (d, v), lane in lanes.items() if d == ds.name}
-            if self.started:
-                await asyncio.to_thread(retime_curves, ds, handlers, self.settings, current)
-            else:
-                retime_curves(ds, handlers, self.settings, current)
 
     def _go_live(self, lanes: dict[tuple[str, str], Lane]) -> None:
         for (dataset, variant), lane in lanes.items():
             self.metrics.track_drift(dataset, variant, lane.drift)
             lane.batcher.start()
-
-    async def _discard(self, lanes: dict[tuple[str, str], Lane]) -> None:
-        """Releases lanes that never went live (their batchers have no task to drain)."""
-        for lane in lanes.values():
-            await lane.batcher.stop(0.0)
 
     async def _drain(self, lanes: list[Lane]) -> None:
         try:
@@ -599,57 +365,7 @@ class Router:
         The set depends on the profiles and the tolerance only, so it is computed once per
         tolerance (and again when the dataset's candidates are replaced).
         """
-        return self._admitted_entry(dataset, tolerance).admitted
-
-    def _admitted_entry(self, dataset: ServedDataset, tolerance: float) -> _Admitted:
-        key = (dataset.name, tolerance)
-        hit = self._admitted.get(key)
-        if hit is not None and hit.source is dataset.candidates:
-            return hit
-        admitted = tuple(candidates_within(dataset.candidates, tolerance))
-        computed = tuple(c for c in admitted if dataset.variants[c.variant_id].answers is None)
-        if len(self._admitted) >= _ADMITTED_CACHE_SIZE:
-            self._admitted.clear()
-        entry = self._admitted[key] = _Admitted(
-            dataset.candidates,
-            admitted,
-            tuple(c.variant_id for c in admitted),
-            fastest_everywhere(admitted),
-            computed,
-            tuple(c.variant_id for c in computed),
-            {},
-            {},
-        )
-        return entry
-
-    def _idle_choice(self, entry: _Admitted, num_nodes: int) -> Selection:
-        """:func:`select_admitted` on an idle device (nothing queued or running anywhere):
-        the predicted times are the device's speed times the curves at ``num_nodes``, whose
-        order the speed does not change, so the choice is computed once per request size."""
-        hit = entry.idle.get(num_nodes)
-        if hit is None:
-            if len(entry.idle) >= _IDLE_CACHE_SIZE:
-                entry.idle.clear()
-            spec = RequestSpec(num_nodes, math.inf)
-            snapshot = LoadSnapshot(max_batch_nodes=self.settings.max_batch_nodes)
-            hit = entry.idle[num_nodes] = select_admitted(
-                spec, entry.admitted, snapshot, tie_margin=self.settings.tie_margin
-            )
-        speed = self.speed.factor
-        return Selection(hit.variant_id, hit.predicted_ms * speed, 0.0, None, entry.ids)
-
-    def _service_ms(self, entry: _Admitted, stream_nodes: int) -> list[float]:
-        """The admitted variants' profiled times for a stream of ``stream_nodes`` nodes, kept
-        per size (:func:`select_timed` applies the load to them)."""
-        hit = entry.service.get(stream_nodes)
-        if hit is None:
-            if len(entry.service) >= _IDLE_CACHE_SIZE:
-                entry.service.clear()
-            cap = self.settings.max_batch_nodes
-            hit = entry.service[stream_nodes] = [
-                c.service.predict_batched(stream_nodes, cap) for c in entry.admitted
-            ]
-        return hit
+        return self._admitted.get(dataset, tolerance).admitted
 
     def _busy_with_room(self, dataset: ServedDataset, variant_id: str, num_nodes: int) -> bool:
         """Whether ``variant_id``'s lane runs or holds work (the stream is on it) and its queue
@@ -699,7 +415,7 @@ class Router:
                 )
             return variant, None
         request = RequestSpec(num_nodes, tolerance, slo_ms, deadline_ms)
-        entry = self._admitted_entry(dataset, request.effective_tolerance)
+        entry = self._admitted.get(dataset, request.effective_tolerance)
         # Every request runs this: a choice that no load can change reads none.
         keep = choice_without_load(
             request,
@@ -711,13 +427,13 @@ class Router:
         if keep is not None:
             selection = Selection(keep, math.nan, math.nan, None, entry.ids)
         elif not self._active and not self._draining and request.target_ms is None:
-            selection = self._idle_choice(entry, num_nodes)
+            selection = self._admitted.idle_choice(entry, num_nodes, self.speed.factor)
         else:
             snapshot = self.load_snapshot(dataset, entry.ids, priority)
             selection = select_timed(
                 request,
                 entry.admitted,
-                self._service_ms(entry, snapshot.stream_nodes + num_nodes),
+                self._admitted.service_ms(entry, snapshot.stream_nodes + num_nodes),
                 snapshot,
                 tie_margin=self.settings.tie_margin,
                 considered=entry.ids,

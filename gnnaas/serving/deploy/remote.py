@@ -43,11 +43,12 @@ from torch import Tensor
 from gnnaas.errors import ConfigError, OverloadedError
 from gnnaas.inference.executor import Output, embedding_dim
 from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.serving.core.lane import ExecutorFactory
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.core.policy import LoadSnapshot
 from gnnaas.serving.core.profiles import VariantProfile
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
-from gnnaas.serving.core.router import ExecutorFactory, Prediction, Router
+from gnnaas.serving.core.router import Prediction, Router
 from gnnaas.serving.core.settings import Settings
 
 __all__ = [

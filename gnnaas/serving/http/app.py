@@ -55,10 +55,11 @@ from fastapi_offline import FastAPIOffline
 
 import gnnaas
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
+from gnnaas.serving.core.lane import ExecutorFactory
 from gnnaas.serving.core.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.core.registry import VariantRegistry
 from gnnaas.serving.core.reload import RegistryLoader, Reloader
-from gnnaas.serving.core.router import ExecutorFactory, Router
+from gnnaas.serving.core.router import Router
 from gnnaas.serving.core.settings import Settings
 from gnnaas.serving.http.edge import App, Edge, internal_error_detail
 from gnnaas.serving.http.requests import REQUEST_ID_KEY, RequestError, error_response

@@ -1,0 +1,263 @@
+"""A variant's lane: its executor and batcher, and the device's measured speed.
+
+The router (:mod:`gnnaas.serving.core.router`) keeps one :class:`Lane` per served variant; a lane
+turns the variant's profiled service curve into the predictions the router and the batcher read
+(its running batch's time left, its queue's time), scaled by the one :class:`Speed` of the
+device, and records each batch's predicted against measured time (:attr:`Lane.drift`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from gnnaas.inference.cache import FeatureCache
+from gnnaas.inference.executor import ExecRequest, ExecResult, Executor
+from gnnaas.serving.core.batcher import Batcher, BatchStats
+from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.serving.core.metrics import ServingMetrics
+from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
+from gnnaas.serving.core.settings import Settings
+
+__all__ = [
+    "ExecutorFactory",
+    "Lane",
+    "Speed",
+    "build_lanes",
+    "default_executor_factory",
+    "discard_lanes",
+]
+
+_log = logging.getLogger(__name__)
+
+ExecutorFactory = Callable[
+    [ServedDataset, ServingVariant], Callable[[Sequence[ExecRequest]], list[ExecResult]]
+]
+"""Builds the blocking batch handler of one variant (default: :class:`Executor`)."""
+
+_SCALE_BOUNDS = (0.1, 20.0)
+
+
+def default_executor_factory(
+    device: Any,
+) -> ExecutorFactory:
+    """Builds an :class:`Executor` per variant on ``device``, with the variant's device feature
+    cache when it has planned ``cache_nodes``."""
+
+    def build(
+        dataset: ServedDataset, variant: ServingVariant
+    ) -> Callable[[Sequence[ExecRequest]], list[ExecResult]]:
+        live = dataset.live
+        features = dataset.features(variant.kept_features)
+        nodes = variant.cache_nodes
+        return Executor(
+            variant.model,
+            features,
+            dataset.sampler(variant.fanouts),
+            device=device,
+            multi_label=bool(dataset.store.multi_label),
+            name=f"{dataset.name}/{variant.variant_id}",
+            graph_version=None if live is None else (lambda: live.graph.version),
+            answers=variant.answers,
+            cache=None if nodes is None else FeatureCache(features, nodes, device),
+        )
+
+    return build
+
+
+class Speed:
+    """Measured speed of a device: an EWMA of observed / profiled batch time (1.0 = as profiled).
+
+    Args:
+        alpha (float): weight of the newest batch.
+    """
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.factor = 1.0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(factor={self.factor:.3f})"
+
+    def observe(self, duration_ms: float, predicted_ms: float) -> None:
+        """Folds one batch that took ``duration_ms`` against a profiled ``predicted_ms``."""
+        if predicted_ms <= 0:
+            return
+        ratio = min(max(duration_ms / predicted_ms, _SCALE_BOUNDS[0]), _SCALE_BOUNDS[1])
+        self.factor += self.alpha * (ratio - self.factor)
+
+
+class Lane:
+    """One variant's executor and batcher, with the device's measured speed.
+
+    Every served batch is also recorded as (batch nodes, time predicted by the variant's
+    unscaled profiled curve, measured time, the device factor in force while it ran) in
+    :attr:`drift` (a
+    :class:`~gnnaas.serving.core.drift.DriftRecord`, published by ``/metrics``), so a curve that is
+    wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
+    """
+
+    def __init__(
+        self,
+        dataset: ServedDataset,
+        variant: ServingVariant,
+        handler: Callable[[Sequence[ExecRequest]], list[ExecResult]],
+        settings: Settings,
+        metrics: ServingMetrics,
+        *,
+        speed: Speed,
+        gate: asyncio.Semaphore | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.variant = variant
+        self.handler = handler
+        self.speed = speed
+        self._metrics = metrics
+        self.drift = DriftRecord()  # published by the router when the lane goes live
+        self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
+            handler,
+            name=f"{dataset.name}/{variant.variant_id}",
+            max_batch_size=settings.max_batch_nodes,
+            max_wait_s=settings.max_wait_ms / 1e3,
+            max_queue_size=settings.max_queue_nodes,
+            on_batch=self._on_batch,
+            retry_after_s=settings.retry_after_s,
+            gate=gate,
+            inline_max_size=settings.inline_max_nodes,
+            predict_s=self._predict_s,
+        )
+
+    def _predict_s(self, nodes: int) -> float:
+        """The predicted time (s) of a batch of ``nodes`` on this lane: its profiled curve times
+        the device's measured speed (0 without a profile: only passed deadlines drop)."""
+        profile = self.variant.profile
+        if profile is None:
+            return 0.0
+        return self.speed.factor * profile.service.predict(nodes) / 1e3
+
+    @property
+    def scale(self) -> float:
+        """The measured observed / profiled time factor of this lane's device."""
+        return self.speed.factor
+
+    def _on_batch(self, stats: BatchStats) -> None:
+        self._metrics.batch(
+            self.dataset.name,
+            self.variant.variant_id,
+            stats.batch_size,
+            failed=stats.error is not None,
+        )
+        profile = self.variant.profile
+        if stats.error is not None or profile is None:
+            return
+        # The curve is indexed by unique nodes; requests of one batch may share some.
+        nodes = getattr(self.handler, "last_batch_seeds", None) or stats.batch_size
+        predicted_ms = profile.service.predict(nodes)
+        # The handler's own time (worker thread), the call the profile timed; the hand-off to
+        # and from the thread is the router's overhead, not the variant's.
+        measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
+        measured_ms = measured_s * 1e3
+        factor = self.speed.factor  # in force while the batch ran (this batch not yet folded in)
+        self.speed.observe(measured_ms, predicted_ms)
+        self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms, factor=factor)
+        self._metrics.batch_time(
+            self.dataset.name,
+            self.variant.variant_id,
+            predicted_s=predicted_ms / 1e3,
+            measured_s=measured_s,
+        )
+
+    def drift_summary(self) -> dict[str, Any]:
+        """Predicted (unscaled profiled curve) vs measured batch time of recent batches.
+
+        Returns:
+            dict: :meth:`~gnnaas.serving.core.drift.DriftRecord.summary` (``count``,
+            ``median_abs_rel_error``, ``median_rel_error``, ``predicted_ms_median``,
+            ``measured_ms_median``, ``by_batch_nodes``).
+        """
+        return self.drift.summary()
+
+    def running_ms(self, now: float) -> float:
+        """Predicted time left of the running batch (0 when idle or unprofiled)."""
+        profile, since = self.variant.profile, self.batcher.in_flight_since
+        if profile is None or since is None:
+            return 0.0
+        expected = self.scale * profile.service.predict(self.batcher.in_flight_nodes)
+        return max(expected - (now - since) * 1e3, 0.0)
+
+    def queued_ms(self) -> float:
+        """Predicted time to serve the nodes waiting in this lane (0 when unprofiled)."""
+        profile = self.variant.profile
+        if profile is None:
+            return 0.0
+        b = self.batcher
+        return self.scale * profile.service.predict_batched(b.queued_nodes, b.max_batch_size)
+
+
+async def build_lanes(
+    registry: VariantRegistry,
+    factory: ExecutorFactory,
+    settings: Settings,
+    metrics: ServingMetrics,
+    *,
+    speed: Speed,
+    gate: asyncio.Semaphore | None,
+    serving: bool,
+) -> dict[tuple[str, str], Lane]:
+    """Every variant's lane (batchers not started), warmed up when ``settings`` say so, with the
+    curves measured under other execution settings re-timed (:mod:`.retime`).
+
+    Re-timing runs on this (the event loop's) thread at start-up, when nothing is served yet, as
+    the server runs small batches; while ``serving`` (a reload) in a worker thread, beside the
+    current set's traffic (the figures are then a little noisier). On an error the lanes built
+    so far are released and the error is raised, with a note naming the variant.
+    """
+    from gnnaas.inference.settings import execution_settings
+    from gnnaas.serving.core.retime import needs_retime, retime_curves
+
+    lanes: dict[tuple[str, str], Lane] = {}
+    try:
+        for ds in registry.datasets.values():
+            for v in ds.variants.values():
+                try:
+                    handler = await asyncio.to_thread(factory, ds, v)
+                except Exception as exc:
+                    exc.add_note(f"while building variant {ds.name}/{v.variant_id}")
+                    raise
+                lanes[(ds.name, v.variant_id)] = Lane(
+                    ds, v, handler, settings, metrics, speed=speed, gate=gate
+                )
+        if settings.warmup:
+            _log.info("warming up %d variants (one forward each)", len(lanes))
+            for (ds_name, v_id), lane in lanes.items():
+                warm = [ExecRequest(torch.zeros(1, dtype=torch.long), output="proba")]
+                try:
+                    async with gate or contextlib.nullcontext():
+                        await asyncio.to_thread(lane.handler, warm)
+                except Exception as exc:
+                    exc.add_note(f"while warming up variant {ds_name}/{v_id}")
+                    raise
+        for ds in [ds for ds in registry.datasets.values() if needs_retime(ds)]:
+            here = settings.inline_max_nodes
+            current = execution_settings(registry.device, inline_max_nodes=here)
+            handlers = {v: lane.handler for (d, v), lane in lanes.items() if d == ds.name}
+            if serving:
+                await asyncio.to_thread(retime_curves, ds, handlers, settings, current)
+            else:
+                retime_curves(ds, handlers, settings, current)
+    except Exception:
+        await discard_lanes(lanes)
+        raise
+    return lanes
+
+
+async def discard_lanes(lanes: dict[tuple[str, str], Lane]) -> None:
+    """Releases lanes that never went live (their batchers have no task to drain)."""
+    for lane in lanes.values():
+        await lane.batcher.stop(0.0)
