@@ -1457,7 +1457,7 @@ def _add_ray_args(p: argparse.ArgumentParser) -> None:
         "--replicas",
         type=_positive_int,
         default=1,
-        help="with Ray: replicas of each dataset's deployment (default: 1)",
+        help="with Ray: replicas of each dataset's application (default: 1)",
     )
     p.add_argument(
         "--autoscale",

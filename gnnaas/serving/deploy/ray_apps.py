@@ -227,8 +227,6 @@ class DatasetApp:
 
 @serve.deployment(
     name=CATALOG_DEPLOYMENT,
-    health_check_period_s=_HEALTH_CHECK_PERIOD_S,
-    health_check_timeout_s=_HEALTH_CHECK_TIMEOUT_S,
     max_ongoing_requests=_CATALOG_MAX_ONGOING,
     # Its open calls are the replicas' polls, which never end on their own: do not wait for them.
     graceful_shutdown_wait_loop_s=0.2,
