@@ -33,10 +33,6 @@ NO_JSON = {
 NOT_BENCHMARKS = {
     "report-Cora/report.md": "`gnnaas report` of the profiles.csv beside it",
 }
-# Scripts being rewritten elsewhere (the Ray backend), which will adopt common.save_results and
-# --render then: bench_scale.py still renders through write_markdown(results, path), and
-# bench_faults.py prints its figures (and --json) without a page.
-REWRITTEN = {"bench_scale", "bench_faults"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -64,7 +60,7 @@ def test_no_benchmark_imports_another(name: str) -> None:
     assert not imported & set(SCRIPTS), f"{name}.py imports {sorted(imported & set(SCRIPTS))}"
 
 
-@pytest.mark.parametrize("name", sorted(set(SCRIPTS) - REWRITTEN))
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_every_script_renders_its_page_from_json(name: str) -> None:
     tree = ast.parse((BENCH / f"{name}.py").read_text())
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -98,21 +94,11 @@ def _pages(path: Path) -> dict[Path, str]:
     """The pages the script named in ``path`` renders from it."""
     results = json.loads(path.read_text())
     module = importlib.import_module(results["script"])
-    if results["script"] == "bench_scale":  # see REWRITTEN
-        return {path.with_suffix(".md"): _write_markdown(module, results, path)}
     from common import pages_of
 
     return {
         path.parent / f: text for f, text in pages_of(path.stem, results, module.render).items()
     }
-
-
-def _write_markdown(module: Any, results: dict[str, Any], path: Path) -> str:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        module.write_markdown(results, Path(tmp) / path.with_suffix(".md").name)
-        return (Path(tmp) / path.with_suffix(".md").name).read_text()
 
 
 @pytest.mark.parametrize("path", _saved(), ids=lambda p: str(p.relative_to(RESULTS)))

@@ -29,6 +29,7 @@ __all__ = [
     "_add_served_folders",
     "_load",
     "_pipeline",
+    "_positive_float",
     "_positive_int",
     "_print_table",
     "_progress",
@@ -182,6 +183,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 (got {text!r})") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 (got {text!r})")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0 (got {text!r})") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 (got {text!r})")
     return value
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from gnnaas.cli.common import (
     _add_quiet,
     _add_served_folders,
+    _positive_float,
     _positive_int,
     _quiet,
     _say,
@@ -76,10 +77,11 @@ def _env_value(value: Any) -> str:
 
 
 def _serve_ray(args: argparse.Namespace, settings: Any) -> int:
-    """``serve --backend ray``: gnnaas on Ray Serve until interrupted
-    (:mod:`gnnaas.serving.deploy.ray`)."""
+    """``serve --backend ray``: gnnaas on Ray Serve until SIGINT or SIGTERM
+    (:mod:`gnnaas.serving.deploy.ray`); the stop takes down every process it started."""
     try:
         from gnnaas.serving.deploy import ray as ray_backend
+        from gnnaas.serving.deploy.ray_apps import parse_autoscale
     except ImportError as exc:
         raise ConfigError(
             f"serve: --backend ray needs Ray Serve ({exc}); "
@@ -90,12 +92,27 @@ def _serve_ray(args: argparse.Namespace, settings: Any) -> int:
     autoscale = None
     if args.autoscale is not None:
         try:
-            autoscale = ray_backend.parse_autoscale(args.autoscale)
+            autoscale = parse_autoscale(args.autoscale)
         except ValueError as exc:
             raise ConfigError(f"serve: --{exc}") from None
+    import signal
+    import threading
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    # Both signals stop the same way: Serve, Ray and every process of a local Ray's session.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     where = f"the cluster at {args.address}" if args.address else "a local Ray"
     _say(args, f"starting gnnaas on {where}; each dataset replica loads its variants")
     try:
+        ray_backend.start_ray(address=args.address, host=args.host, port=args.port)
+        # Ray's core installs its own SIGTERM handler in this process (a stack dump, then an
+        # abort): ours again, so that SIGTERM stops cleanly.
+        for sig in previous:
+            signal.signal(sig, on_signal)
         url = ray_backend.run_ray(
             settings,
             replicas=args.replicas,
@@ -103,19 +120,22 @@ def _serve_ray(args: argparse.Namespace, settings: Any) -> int:
             host=args.host,
             port=args.port,
             address=args.address,
+            replica_cpus=args.replica_cpus,
+            one_app=args.one_app,
+            stop=stop.is_set,
         )
-    except RuntimeError as exc:  # a deployment that failed to start: the replica logs say why
-        ray_backend.shutdown_ray()
-        raise ConfigError(f"serve: Ray Serve could not start gnnaas ({exc})") from None
-    _say(args, f"serving on {url} (Ctrl-C stops)")
-    import threading
-
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
+        _say(args, f"serving on {url} (Ctrl-C or SIGTERM stops it)")
+        while not stop.wait(1.0):
+            pass
+    except ConfigError as exc:
+        raise ConfigError(f"serve: {exc}") from None
+    except KeyboardInterrupt:  # a signal while deploying
         pass
     finally:
+        _say(args, "stopping")
         ray_backend.shutdown_ray()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
 
 
@@ -123,7 +143,7 @@ def _cmd_ray_config(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     try:
-        from gnnaas.serving.deploy import ray as ray_backend
+        from gnnaas.serving.deploy import ray_apps
     except ImportError as exc:
         raise ConfigError(
             f"ray-config: needs Ray Serve ({exc}); install it with pip install 'gnnaas[ray]'"
@@ -138,20 +158,26 @@ def _cmd_ray_config(args: argparse.Namespace) -> int:
     }
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
-        autoscale = ray_backend.parse_autoscale(args.autoscale) if args.autoscale else None
+        autoscale = ray_apps.parse_autoscale(args.autoscale) if args.autoscale else None
     except ValidationError as exc:
         raise ConfigError(f"ray-config: {exc.errors()[0]['msg']}") from None
     except ValueError as exc:
         raise ConfigError(f"ray-config: --{exc}") from None
-    text = ray_backend.serve_config(
-        settings, replicas=args.replicas, autoscale=autoscale, host=args.host, port=args.port
+    text = ray_apps.serve_config(
+        settings,
+        replicas=args.replicas,
+        autoscale=autoscale,
+        host=args.host,
+        port=args.port,
+        replica_cpus=args.replica_cpus,
+        one_app=args.one_app,
     )
     if args.output == "-":
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text)
         _say(args, f"wrote {args.output}; deploy it with `serve deploy {args.output}`")
-    _warn_without_data_root(settings, ray_backend.servable_datasets(settings))
+    _warn_without_data_root(settings, ray_apps.servable_datasets(settings))
     return 0
 
 
@@ -300,8 +326,8 @@ def add_parsers(sub: Any) -> None:
         "--backend",
         choices=("uvicorn", "ray"),
         default="uvicorn",
-        help="uvicorn: this process serves (default); ray: an ingress and per-dataset replicas "
-        "on Ray Serve (needs the [ray] extra)",
+        help="uvicorn: this process serves (default); ray: one Ray Serve application per "
+        "dataset, each replica the whole server, and a catalog at / (needs the [ray] extra)",
     )
     p.add_argument(
         "--address",
@@ -316,8 +342,8 @@ def add_parsers(sub: Any) -> None:
         "ray-config",
         help="write a Ray Serve config for this repository",
         description="Write the Ray Serve config (YAML) that serves this repository's variants "
-        "with `serve deploy`: an ingress and one deployment per dataset. Folders are written as "
-        "absolute paths, which every node of the cluster must see.",
+        "with `serve deploy`: one application per dataset and a catalog at /. Folders are "
+        "written as absolute paths, which every node of the cluster must see.",
     )
     _add_served_folders(p)
     p.add_argument(
@@ -345,7 +371,7 @@ def _add_ray_args(p: argparse.ArgumentParser) -> None:
         "--replicas",
         type=_positive_int,
         default=1,
-        help="with Ray: replicas of each dataset's deployment (default: 1)",
+        help="with Ray: replicas of each dataset's application (default: 1)",
     )
     p.add_argument(
         "--autoscale",
@@ -353,4 +379,17 @@ def _add_ray_args(p: argparse.ArgumentParser) -> None:
         metavar="MIN:MAX",
         help="with Ray: let Serve scale each dataset between MIN and MAX replicas on requests in "
         "flight (overrides --replicas)",
+    )
+    p.add_argument(
+        "--replica-cpus",
+        type=_positive_float,
+        default=1.0,
+        help="with Ray: CPUs Ray reserves for each replica, a reservation for placement, not a "
+        "limit (default: 1)",
+    )
+    p.add_argument(
+        "--one-app",
+        action="store_true",
+        help="with Ray: one application serving every dataset at /v1/datasets (each replica "
+        "holds them all) instead of one per dataset",
     )

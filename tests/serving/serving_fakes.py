@@ -88,34 +88,50 @@ TOY_VARIANTS: dict[str, tuple[int, float | None, dict[int, float] | None]] = {
 }
 
 
+# The contract tests' second dataset: a smaller ring with the same variants.
+RING_NODES = 60
+
+
 def make_toy_registry(
     variants: dict[str, tuple[int, float | None, dict[int, float] | None]] = TOY_VARIANTS,
+    datasets: tuple[str, ...] = ("toy",),
 ) -> tuple[VariantRegistry, dict[str, FakeModel]]:
-    """A registry over :class:`FakeStore` and :class:`FakeModel` variants, and the models."""
-    store = FakeStore()
+    """A registry over :class:`FakeStore` and :class:`FakeModel` variants, and the models.
+
+    ``datasets`` are ``toy`` (100 nodes) and/or ``ring`` (:data:`RING_NODES`), each with every
+    variant; the models returned are the first dataset's.
+    """
+    stores = []
     models: dict[str, FakeModel] = {}
     served = []
-    for i, (variant_id, (kept, accuracy, curve)) in enumerate(variants.items()):
-        arch, ranking, prune = variant_id.split("-")
-        models[variant_id] = FakeModel(kept, seed=i)
-        profile = None
-        if accuracy is not None and curve is not None:
-            profile = VariantProfile(accuracy, ServiceCurve.from_points(curve), accuracy - 1)
-        served.append(
-            ServingVariant(
-                dataset="toy",
-                variant_id=variant_id,
-                arch=arch,
-                ranking=ranking,
-                prune=int(prune[:-1]),
-                kept_features=torch.arange(kept),
-                fanouts=(2, 2),
-                model=models[variant_id],
-                profile=profile,
+    for name in datasets:
+        if name not in ("toy", "ring"):
+            raise ValueError(f"make_toy_registry: datasets are 'toy' and 'ring' (got {name!r})")
+        store = FakeStore(name, NUM_NODES if name == "toy" else RING_NODES)
+        stores.append(store)
+        for i, (variant_id, (kept, accuracy, curve)) in enumerate(variants.items()):
+            arch, ranking, prune = variant_id.split("-")
+            model = FakeModel(kept, seed=i)
+            if name == datasets[0]:
+                models[variant_id] = model
+            profile = None
+            if accuracy is not None and curve is not None:
+                profile = VariantProfile(accuracy, ServiceCurve.from_points(curve), accuracy - 1)
+            served.append(
+                ServingVariant(
+                    dataset=name,
+                    variant_id=variant_id,
+                    arch=arch,
+                    ranking=ranking,
+                    prune=int(prune[:-1]),
+                    kept_features=torch.arange(kept),
+                    fanouts=(2, 2),
+                    model=model,
+                    profile=profile,
+                )
             )
-        )
     registry = VariantRegistry.from_objects(
-        [store], served, sampler_factory=lambda store, fanouts: IdentitySampler()
+        stores, served, sampler_factory=lambda store, fanouts: IdentitySampler()
     )
     return registry, models
 
@@ -249,11 +265,18 @@ def write_tiny_repository(
     return variants_dir, profiles_dir
 
 
-def toy_registry_factory(settings: Any, dataset: str) -> VariantRegistry:
-    """A fresh toy registry for ``dataset`` ``toy`` (the Ray replicas build it in their process)."""
-    if dataset != "toy":
-        raise ValueError(f"toy_registry_factory: only dataset 'toy' exists (got {dataset!r})")
-    return make_toy_registry()[0]
+def toy_registry_factory(settings: Any) -> VariantRegistry:
+    """A fresh toy registry of ``settings.datasets`` (``toy`` and/or ``ring``; the Ray replicas
+    and the ``--workers`` processes build it in their process)."""
+    return make_toy_registry(datasets=tuple(settings.datasets or ("toy",)))[0]
+
+
+def toy_worker_app() -> Any:
+    """The app of one ``--workers`` process over the toy registry (settings from ``GNNAAS_*``)."""
+    from gnnaas.serving import Settings, create_app
+
+    settings = Settings()
+    return create_app(settings, registry=toy_registry_factory(settings))
 
 
 class _HangingModel(torch.nn.Module):
@@ -290,7 +313,7 @@ class _HangingModel(torch.nn.Module):
 
 
 def hanging_toy_registry_factory(
-    armed: str, marker: str, hold_s: float, settings: Any, dataset: str
+    armed: str, marker: str, hold_s: float, settings: Any
 ) -> VariantRegistry:
     """The toy registry whose ``sage-full-1x`` is a :class:`_HangingModel`.
 

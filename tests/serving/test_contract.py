@@ -1,5 +1,7 @@
-"""The HTTP contract (docs/architecture.md §6) on both backends: the single-process app uvicorn
-serves, and gnnaas on Ray Serve (an ingress and two replicas of the toy dataset on a local Ray).
+"""The HTTP contract (docs/architecture.md §6) on the three ways to run the app: one process
+(uvicorn), ``--workers 2``, and Ray Serve (one application per dataset, each at its prefix, two
+replicas each, and the catalog at ``/``), each serving the toy dataset and a second one
+(``ring``).
 
 The same requests must get the same status codes, headers and ``{"detail": ...}`` bodies.
 """
@@ -7,48 +9,107 @@ The same requests must get the same status codes, headers and ``{"detail": ...}`
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from serving_fakes import make_toy_registry, toy_registry_factory
+from serving_fakes import RING_NODES, make_toy_registry, toy_registry_factory
 from test_app import BAD_REQUESTS, PIN_FULL, SETTINGS, URL
+from test_server import HOST, _free_port, _stop
 
 from gnnaas.serving import Settings, create_app
 
-BACKENDS = ["uvicorn", "ray"]
+BACKENDS = ["uvicorn", "workers", "ray"]
+DATASETS = ("toy", "ring")
+HERE = Path(__file__).resolve().parent
+
+# test_app's cases, with both datasets in the unknown-dataset detail
+CASES = [
+    (url, headers, body, status, detail.replace("datasets: toy", "datasets: toy, ring"))
+    for url, headers, body, status, detail in BAD_REQUESTS
+]
+
+_WORKERS = """
+import socket, sys
+from gnnaas.serving.deploy.workers import run_workers
+run_workers({{}}, ("127.0.0.1", {port}), socket.AF_INET, workers=2, log_level="warning",
+            app="serving_fakes:toy_worker_app")
+"""
+
+
+def _workers(tmp: Path) -> Iterator[httpx.Client]:
+    """Two worker processes of the toy app on a free port (``gnnaas serve --workers 2``'s
+    supervisor, with the toy registry instead of a repository's)."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        **{f"GNNAAS_{k.upper()}": str(v) for k, v in SETTINGS.items()},
+        "GNNAAS_DATASETS": json.dumps(list(DATASETS)),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+    }
+    log = tmp / "workers.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKERS.format(port=port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 90
+            while True:
+                assert proc.poll() is None, f"workers exited:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"workers not up in 90 s:\n{log.read_text()}"
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                threading.Event().wait(0.1)
+            yield client
+    finally:
+        assert _stop(proc) == 0, log.read_text()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def http(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
-    """A client of the toy app on one backend."""
+def http(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    """A client of the toy app (datasets ``toy`` and ``ring``) on one backend."""
     if request.param == "uvicorn":
-        registry, _ = make_toy_registry()
+        registry, _ = make_toy_registry(datasets=DATASETS)
         with TestClient(create_app(Settings(**SETTINGS), registry=registry)) as client:
             yield client
         return
+    if request.param == "workers":
+        yield from _workers(tmp_path_factory.mktemp("workers"))
+        return
     port = request.getfixturevalue("ray_serve")
-    from ray import serve
-
     from gnnaas.serving.deploy import ray as ray_backend
 
     url = ray_backend.run_ray(
         Settings(**SETTINGS),
         replicas=2,
         port=port,
-        datasets=["toy"],
+        datasets=list(DATASETS),
         registry_factory=toy_registry_factory,
-        replica_cpus=0.5,
+        replica_cpus=0.25,
     )
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
             yield client
     finally:
-        serve.delete(ray_backend.APP_NAME)
+        ray_backend.delete_apps()
 
 
 def _post(client: httpx.Client, nodes: list[int], **headers: str) -> httpx.Response:
@@ -151,7 +212,7 @@ def test_concurrent_requests_all_answer(http: httpx.Client) -> None:
         assert response.json()["predictions"] == [alone[n] for n in nodes]
 
 
-@pytest.mark.parametrize(("url", "headers", "body", "status", "detail"), BAD_REQUESTS)
+@pytest.mark.parametrize(("url", "headers", "body", "status", "detail"), CASES)
 def test_bad_input_gets_its_status_and_detail(
     http: httpx.Client, url: str, headers: dict[str, str], body: Any, status: int, detail: str
 ) -> None:
@@ -176,7 +237,8 @@ def test_malformed_and_oversized_bodies(http: httpx.Client) -> None:
 def test_datasets_variants_health_and_readiness(http: httpx.Client) -> None:
     datasets = http.get("/v1/datasets").json()["datasets"]
     assert [(d["name"], d["num_nodes"], d["variants"], d["routable"]) for d in datasets] == [
-        ("toy", 100, 4, 3)
+        ("toy", 100, 4, 3),
+        ("ring", RING_NODES, 4, 3),
     ]
     variants = {v["id"]: v for v in http.get("/v1/datasets/toy/variants").json()["variants"]}
     assert variants["gin-random-8x"]["not_routed"] == "no profile"
@@ -187,8 +249,24 @@ def test_datasets_variants_health_and_readiness(http: httpx.Client) -> None:
     ready = http.get("/readyz")
     assert ready.status_code == 200
     body = ready.json()
-    assert (body["status"], body["reasons"], body["datasets"]) == ("ready", [], ["toy"])
-    assert body["not_routed"] == {"toy/gin-random-8x": "no profile"}
+    assert (body["status"], body["reasons"], body["datasets"]) == ("ready", [], ["toy", "ring"])
+    assert body["not_routed"] == {
+        "toy/gin-random-8x": "no profile",
+        "ring/gin-random-8x": "no profile",
+    }
+
+
+def test_each_dataset_at_its_own_path(http: httpx.Client) -> None:
+    ring = http.post("/v1/datasets/ring/predict", json={"nodes": [0, RING_NODES - 1]})
+    assert ring.status_code == 200, ring.text
+    assert len(ring.json()["predictions"]) == 2
+    beyond = http.post("/v1/datasets/ring/predict", json={"nodes": [RING_NODES]})
+    assert beyond.status_code == 422
+    assert beyond.json()["detail"].startswith(f"node ids must be in [0, {RING_NODES}) for dataset")
+    assert http.get("/v1/datasets/ring/variants").json()["dataset"] == "ring"
+    assert http.get("/v1/datasets/nope/variants").json() == {
+        "detail": "unknown dataset 'nope'; served datasets: toy, ring"
+    }
 
 
 def test_admin_reload_needs_a_configured_token(http: httpx.Client) -> None:
@@ -208,8 +286,7 @@ def test_metrics(http: httpx.Client) -> None:
         assert f'stage="{stage}"' in text
     assert 'gnnaas_queue_depth_nodes{dataset="toy",variant="sage-lasso-8x"} 0.0' in text
     assert 'gnnaas_rejections_total{reason="bad_header"}' in text
-    # Batches are counted where they run: in the process, or in each Ray replica (then labelled
-    # with the replica, reported at most once a second with an answer).
+    # Batches are counted where they run: one process, or each worker or replica (summed).
     deadline = 30
     done = threading.Event()
     while not re.search(r'gnnaas_batches_total\{dataset="toy",[^}]*variant="sage-full-1x"', text):
@@ -219,3 +296,16 @@ def test_metrics(http: httpx.Client) -> None:
         _post(http, [1], **PIN_FULL)
         text = http.get("/metrics").text
     assert text.count("# TYPE gnnaas_batches_total counter") == 1  # one family, not one per source
+
+
+def _requests_of(text: str, dataset: str) -> float:
+    found = re.findall(rf'^gnnaas_requests_total{{dataset="{dataset}"[^}}]*}} (\S+)$', text, re.M)
+    return sum(float(v) for v in found)
+
+
+def test_metrics_count_every_request(http: httpx.Client) -> None:
+    """Whichever process or replica answered: the counts add up."""
+    before = _requests_of(http.get("/metrics").text, "ring")
+    for i in range(6):
+        assert http.post("/v1/datasets/ring/predict", json={"nodes": [i]}).status_code == 200
+    assert _requests_of(http.get("/metrics").text, "ring") - before == 6

@@ -1,8 +1,8 @@
 """Variant selection: the fastest variant within a request's accuracy tolerance, given the load.
 
-Pure Python (no FastAPI, no torch) so that it can be unit-tested on its own and later run inside an
-ingress deployment that asks each replica for its queue. :func:`select_variant` takes three
-structured arguments: the :class:`RequestSpec` (nodes, tolerance, SLO), the routable
+Pure Python (no FastAPI, no torch) so that it can be unit-tested on its own; every process,
+worker or Ray replica that serves runs it on its own measured load. :func:`select_variant` takes
+three structured arguments: the :class:`RequestSpec` (nodes, tolerance, SLO), the routable
 :class:`Candidate` s, and one frozen :class:`LoadSnapshot` that the router measures once per
 request (and that ``GET /v1/datasets/{dataset}/variants`` shows).
 

@@ -1,8 +1,9 @@
 """The serving core: policy + one batcher and executor per variant, with measured load.
 
-:class:`Router` is plain Python (no FastAPI types), so that the same object could sit behind another
-ingress later (docs/architecture.md §7). For every request it takes a load snapshot from its own
-batchers (one frozen :class:`~gnnaas.serving.core.policy.LoadSnapshot`, the same object that
+:class:`Router` is plain Python (no FastAPI types); the same object serves in one process, in each
+``--workers`` process and in each Ray Serve replica (docs/architecture.md §7). For every request it
+takes a load snapshot from its own batchers (one frozen
+:class:`~gnnaas.serving.core.policy.LoadSnapshot`, the same object that
 ``GET /v1/datasets/{dataset}/variants`` shows), asks the pure
 :func:`~gnnaas.serving.core.policy.select_variant` for a variant (or honours a pinned one), and
 queues the request on that variant's batcher.

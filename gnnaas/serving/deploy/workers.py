@@ -160,6 +160,7 @@ def run_workers(
     *,
     workers: int,
     log_level: str = "info",
+    app: str = "gnnaas.serving.deploy.workers:worker_app",
 ) -> bool:
     """Serves ``address`` with ``workers`` uvicorn processes until SIGINT/SIGTERM.
 
@@ -171,6 +172,8 @@ def run_workers(
         family (int): its address family.
         workers (int): worker processes (at least 2).
         log_level (str, optional): uvicorn's log level. (default: ``"info"``)
+        app (str, optional): ``module:function`` building each worker's app (tests serve
+            in-memory fakes). (default: :func:`worker_app`)
 
     Returns:
         bool: whether the supervisor ran (workers that fail to start are logged by uvicorn).
@@ -196,7 +199,7 @@ def run_workers(
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
     try:
         config = uvicorn.Config(
-            "gnnaas.serving.deploy.workers:worker_app",
+            app,
             factory=True,
             workers=workers,
             log_level=log_level,

@@ -194,7 +194,6 @@ def create_app(
     executor_factory: ExecutorFactory | None = None,
     loader: RegistryLoader | None = None,
     reload_on_sighup: bool = False,
-    router: Router | None = None,
 ) -> FastAPI:
     """Builds the router app.
 
@@ -211,10 +210,6 @@ def create_app(
             (default: ``None``)
         reload_on_sighup (bool, optional): reload on ``SIGHUP`` while the app runs; needs the
             lifespan to run in the main thread (``gnnaas serve`` sets it). (default: ``False``)
-        router (Router, optional): the serving core to put behind the HTTP API instead of a
-            :class:`Router` over ``registry`` (the Ray Serve ingress passes its
-            :class:`~gnnaas.serving.deploy.remote.RemoteRouter`, whose replicas execute); its
-            lifespan is the app's. (default: ``None``)
 
     Returns:
         FastAPI: the app; its lifespan starts the batchers and drains them on shutdown.
@@ -226,13 +221,10 @@ def create_app(
         >>> app = create_app(Settings(variants_dir="variants"))  # doctest: +SKIP
         >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
     """
-    if router is not None:
-        core, metrics = router, router.metrics
-    else:
-        if registry is None:
-            registry = VariantRegistry.load(settings)
-        metrics = ServingMetrics()
-        core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
+    if registry is None:
+        registry = VariantRegistry.load(settings)
+    metrics = ServingMetrics()
+    core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
     if loader is None:
 
         def loader() -> VariantRegistry:

@@ -87,6 +87,9 @@ async def try_predict(core: Router, scope: dict[str, Any], body: bytes, send: An
         bool: whether the request was answered here.
     """
     path = scope["path"]
+    root = scope.get("root_path")
+    if root and path.startswith(root):  # mounted under a prefix (Ray Serve's route prefix)
+        path = path[len(root) :]
     if scope["method"] != "POST" or not path.startswith(PREDICT_PREFIX):
         return False
     if not path.endswith(_SUFFIX) or not core.started or core.stopping:
