@@ -289,7 +289,7 @@ async def test_stop_timeout_fails_a_batch_still_waiting_for_the_gate() -> None:
 def test_room_nodes() -> None:
     batcher: Batcher[int, int] = Batcher(lambda items: items, max_queue_size=8)
     assert batcher.room_nodes > 8 and batcher.has_room(100)  # nothing waits: any one request
-    batcher._queued_nodes = 6
+    batcher._queues.nodes = 6  # as if 6 normal nodes waited
     assert (batcher.room_nodes, batcher.has_room(2), batcher.has_room(3)) == (2, True, False)
     batcher._closed = True
     assert batcher.room_nodes == 0 and not batcher.has_room(1)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gnnaas.serving.core import policy
+from gnnaas.serving.core import candidates, policy
 from gnnaas.serving.core.policy import (
     Candidate,
     LoadSnapshot,
@@ -313,7 +313,7 @@ def test_paired_rule_is_the_one_of_uncertainty(monkeypatch: pytest.MonkeyPatch) 
         seen.append((diff, lo, hi, tolerance))
         return diff == 0.0  # only the best
 
-    monkeypatch.setattr(policy, "admissible", fake)
+    monkeypatch.setattr(candidates, "admissible", fake)
     assert [c.variant_id for c in candidates_within(_paired(), 7.0)] == ["sage-full-1x"]
     assert (-1.5, -2.0, -1.0, 7.0) in seen
     # An unbounded tolerance admits everything without asking the rule.
@@ -322,7 +322,7 @@ def test_paired_rule_is_the_one_of_uncertainty(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_point_rule_without_comparable_paired_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(policy, "admissible", lambda *args: True)
+    monkeypatch.setattr(candidates, "admissible", lambda *args: True)
     cands = _paired()
     # One variant profiled before intervals existed: the point rule for all.
     older = [*cands[:3], Candidate("sage-random-4x", 80.0, cands[3].service)]
@@ -337,7 +337,7 @@ def test_point_rule_without_comparable_paired_columns(monkeypatch: pytest.Monkey
     ]
     assert len(candidates_within(other_best, 0.0)) == 1
     # The rule admitting nothing falls back to the point rule as well.
-    monkeypatch.setattr(policy, "admissible", lambda *args: False)
+    monkeypatch.setattr(candidates, "admissible", lambda *args: False)
     assert [c.variant_id for c in candidates_within(cands, 0.0)] == ["sage-full-1x"]
 
 

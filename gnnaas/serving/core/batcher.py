@@ -46,12 +46,12 @@ import logging
 import math
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
+from gnnaas.serving.core.queues import PRIORITIES, QUEUE_SHARES, RANK, PriorityQueues
 
 __all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
 
@@ -59,12 +59,6 @@ _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-PRIORITIES = ("high", "normal", "low")
-"""Request priorities, most important first; a request's rank is its index."""
-QUEUE_SHARES = (1.0, 1.0, 0.5)
-"""The share of the queue's nodes each priority may fill (high, normal, low)."""
-_RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 
 
 @dataclass(frozen=True)
@@ -191,16 +185,13 @@ class Batcher(Generic[T, R]):
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"gnnaas-{name}"
         )
-        self._queues: tuple[deque[_Pending[T, R]], ...] = tuple(deque() for _ in PRIORITIES)
+        self._queues: PriorityQueues[_Pending[T, R]] = PriorityQueues(max_queue_size)
         self._ready = asyncio.Event()  # set when an entry (or the stop) arrives
         self._stop_requested = False
         self._carry: _Pending[T, R] | None = None
         self._forming: list[_Pending[T, R]] = []  # the open batch, until it starts running
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self._queued_nodes = 0
-        self._queued_requests = 0
-        self._queued_by_rank = [0] * len(PRIORITIES)
         self._in_flight_nodes = 0
         self._in_flight_since: float | None = None
 
@@ -215,20 +206,17 @@ class Batcher(Generic[T, R]):
     @property
     def queued_nodes(self) -> int:
         """Nodes accepted and not yet in a running batch."""
-        return self._queued_nodes
+        return self._queues.nodes
 
     @property
     def queued_requests(self) -> int:
         """Requests accepted and not yet in a running batch."""
-        return self._queued_requests
+        return self._queues.requests
 
     def queued_ahead(self, priority: str = "low") -> int:
         """Queued nodes a new request of ``priority`` would wait behind: those of its priority
         and of higher ones (all of them for ``low``)."""
-        if priority == "low":
-            return self._queued_nodes
-        by_rank = self._queued_by_rank
-        return by_rank[0] if priority == "high" else by_rank[0] + by_rank[1]
+        return self._queues.ahead(priority)
 
     @property
     def in_flight_nodes(self) -> int:
@@ -249,13 +237,7 @@ class Batcher(Generic[T, R]):
     def room_for(self, priority: str) -> int:
         """How many more nodes of ``priority`` :meth:`submit` accepts now without evicting: up
         to its share of the queue (:data:`QUEUE_SHARES`); any number while nothing waits."""
-        if self._closed:
-            return 0
-        if self._queued_nodes == 0:
-            return sys.maxsize
-        cap = int(self.max_queue_size * QUEUE_SHARES[_RANK[priority]])
-        room = cap - self._queued_nodes
-        return room if room > 0 else 0
+        return 0 if self._closed else self._queues.room(priority)
 
     def room_with_eviction(self, priority: str = "normal") -> int:
         """How many nodes of ``priority`` :meth:`submit` accepts now, evicting lower priorities
@@ -263,20 +245,17 @@ class Batcher(Generic[T, R]):
         room = self.room_for(priority)
         if room == sys.maxsize or self._closed or priority == "low":
             return room
-        by_rank = self._queued_by_rank
-        return room + (by_rank[2] if priority == "normal" else by_rank[1] + by_rank[2])
+        return room + self._queues.evictable(priority)
 
     def has_room(self, size: int, priority: str = "normal") -> bool:
         """Whether :meth:`submit` would accept ``size`` more nodes of ``priority`` now, evicting
         lower priorities if it has to."""
         if size <= self.room_for(priority):
             return True
-        rank = _RANK[priority]
-        if self._queued_nodes == 0 or self._closed:
+        queues = self._queues
+        if queues.nodes == 0 or self._closed:
             return False
-        cap = int(self.max_queue_size * QUEUE_SHARES[rank])
-        evictable = sum(self._queued_by_rank[rank + 1 :])
-        return self._queued_nodes - evictable + size <= cap
+        return queues.nodes - queues.evictable(priority) + size <= queues.cap(RANK[priority])
 
     @property
     def closed(self) -> bool:
@@ -344,17 +323,17 @@ class Batcher(Generic[T, R]):
                 f"variant {self.name} is shutting down; retry on another instance",
                 self.retry_after_s,
             )
-        rank = _RANK[priority]
+        rank = RANK[priority]
         if size > self.room_for(priority):
             if not self.has_room(size, priority):
-                cap = int(self.max_queue_size * QUEUE_SHARES[rank])
+                cap = self._queues.cap(rank)
                 limit = (
                     f"limit {cap}"
                     if cap == self.max_queue_size
                     else f"{priority}-priority requests may fill {cap} of {self.max_queue_size}"
                 )
                 raise OverloadedError(
-                    f"queue of variant {self.name} is full ({self._queued_nodes} nodes waiting, "
+                    f"queue of variant {self.name} is full ({self.queued_nodes} nodes waiting, "
                     f"{limit}); retry later",
                     self.retry_after_s,
                 )
@@ -362,11 +341,8 @@ class Batcher(Generic[T, R]):
         self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Batched[R]] = loop.create_future()
-        self._queued_nodes += size
-        self._queued_requests += 1
-        self._queued_by_rank[rank] += size
         now = time.monotonic()
-        self._queues[rank].append(
+        self._queues.push(
             _Pending(item, size, future, now, loop.time() + self.max_wait_s, rank, expires)
         )
         self._ready.set()
@@ -376,41 +352,25 @@ class Batcher(Generic[T, R]):
     def _evict_below(self, rank: int, size: int) -> None:
         """Sheds queued requests of lower priority than ``rank``, newest first, until ``size``
         nodes of ``rank`` fit its share of the queue."""
-        cap = int(self.max_queue_size * QUEUE_SHARES[rank])
-        for lower in range(len(PRIORITIES) - 1, rank, -1):
-            queue = self._queues[lower]
-            while queue and self._queued_nodes + size > cap:
-                victim = queue.pop()
-                self._dequeued(victim)
-                if not victim.future.done():
-                    victim.future.set_exception(
-                        OverloadedError(
-                            f"variant {self.name} is overloaded: this {PRIORITIES[lower]}-"
-                            "priority request was shed for higher-priority traffic; retry later",
-                            self.retry_after_s,
-                        )
+        for victim in self._queues.evict_for(rank, size):
+            if not victim.future.done():
+                victim.future.set_exception(
+                    OverloadedError(
+                        f"variant {self.name} is overloaded: this {PRIORITIES[victim.rank]}-"
+                        "priority request was shed for higher-priority traffic; retry later",
+                        self.retry_after_s,
                     )
+                )
 
     # -- loop ------------------------------------------------------------------------------------
 
     def _dequeued(self, pending: _Pending[T, R]) -> None:
-        self._queued_nodes -= pending.size
-        self._queued_requests -= 1
-        self._queued_by_rank[pending.rank] -= pending.size
+        self._queues.removed(pending)
 
     def _pop(self) -> _Pending[T, R] | None:
         """The next entry by priority (an entry older than ``aging_s`` counts as high), then
         arrival; ``None`` when nothing waits."""
-        best: deque[_Pending[T, R]] | None = None
-        key = (len(PRIORITIES), math.inf)
-        aged = time.monotonic() - self.aging_s
-        for queue in self._queues:
-            if queue:
-                head = queue[0]
-                mine = (0 if head.enqueued_at <= aged else head.rank, head.enqueued_at)
-                if mine < key:
-                    best, key = queue, mine
-        return None if best is None else best.popleft()
+        return self._queues.pop(time.monotonic() - self.aging_s)
 
     def _expire(self, pending: _Pending[T, R], now: float, why: str) -> None:
         self._dequeued(pending)
@@ -596,9 +556,7 @@ class Batcher(Generic[T, R]):
     def _fail_waiting(self, error: BaseException) -> None:
         waiting = [*self._forming, *([self._carry] if self._carry is not None else [])]
         self._carry, self._forming = None, []
-        for queue in self._queues:
-            waiting.extend(queue)
-            queue.clear()
+        waiting.extend(self._queues.clear())
         for p in waiting:
             self._dequeued(p)
             if not p.future.done():
