@@ -100,7 +100,8 @@ from gnnaas.typing import Device, PathType
 
 if TYPE_CHECKING:
     from gnnaas.data import GraphStore
-    from gnnaas.variants.repository import Manifest, VariantRepository
+    from gnnaas.variants.manifest import Manifest
+    from gnnaas.variants.repository import VariantRepository
 
 __all__ = ["ProfileResult", "profile_dataset"]
 
