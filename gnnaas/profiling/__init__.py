@@ -1,6 +1,8 @@
 """Profiling: timers and latency breakdown, analytical performance model, profile tables, reports.
 
-- :mod:`~gnnaas.profiling.profiler`: :func:`profile_dataset` measures every variant of a dataset.
+- :mod:`~gnnaas.profiling.profiler`: :func:`profile_dataset` measures every variant of a dataset
+  (the measuring in :mod:`~gnnaas.profiling.measurement`, the checks and files a run starts from
+  in :mod:`~gnnaas.profiling.inputs`).
 - :mod:`~gnnaas.profiling.perfmodel`: the analytical model of docs/architecture.md §5,
   :func:`calibrate`.
 - :mod:`~gnnaas.profiling.table`: ``profiles.csv`` / ``service_times.csv`` readers and writers
