@@ -9,9 +9,9 @@
   (no matplotlib, no training code: the server imports it).
 - :mod:`~gnnaas.profiling.report`: :func:`write_report` (``report.md`` + plots; matplotlib is
   imported only when a report is written).
-- :mod:`~gnnaas.profiling.cacheplan`: device feature-cache planning (``gnnaas cache-plan``) and
-  the split of one cache budget over variants (no matplotlib, no training code: the server
-  imports it).
+- :mod:`~gnnaas.profiling.cacheplan`: device feature-cache planning (``gnnaas cache-plan``), and
+  :mod:`~gnnaas.profiling.cachebudget`: the split of one cache budget over variants (no
+  matplotlib, no training code: the server imports both).
 
 Names resolve lazily (PEP 562): importing ``gnnaas.profiling.table`` does not load the profiler.
 """

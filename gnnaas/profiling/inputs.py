@@ -147,7 +147,8 @@ def planned_caches(
 ) -> dict[str, Tensor]:
     """The node ids each trained variant would keep on the device if the server served this
     dataset alone with ``budget_mb`` (equal traffic shares)."""
-    from gnnaas.profiling.cacheplan import assign_cache_nodes, degree_ranking, read_cache_ranking
+    from gnnaas.profiling.cachebudget import assign_cache_nodes
+    from gnnaas.profiling.cacheplan import degree_ranking, read_cache_ranking
 
     rankings: dict[tuple[int, ...], Any] = {}
     entries = {}
