@@ -19,6 +19,8 @@ FORBIDDEN = [
     "gnnaas.variants.training",
     "gnnaas.variants.pipeline",
     "gnnaas.profiling.profiler",
+    "gnnaas.profiling.measurement",
+    "gnnaas.profiling.inputs",
     "gnnaas.profiling.report",
     "gnnaas.profiling.frontier",
     "gnnaas.profiling.plots",

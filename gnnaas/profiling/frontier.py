@@ -126,7 +126,7 @@ def read_router_view(profiles_dir: PathType, split: str = "val") -> RouterView:
     """
     from gnnaas.serving.core.policy import Candidate
     from gnnaas.serving.core.profiles import profile_of, read_profile_tables
-    from gnnaas.variants.repository import EXACT_SUFFIX
+    from gnnaas.variants.manifest import EXACT_SUFFIX
 
     folder = Path(profiles_dir)
     profiles, curves, notes = read_profile_tables(folder, split)

@@ -54,6 +54,11 @@ thread and publishes the two side by side (``drift`` in ``/v1/datasets/{d}/varia
 curve point records the execution settings it was measured under
 (:func:`gnnaas.inference.settings.execution_settings`: threads, fused forward, compiled sampler,
 inline threshold, device, versions); a server under other settings re-times the curve.
+
+This module decides what is measured, in which order, and writes the files; the measuring itself
+is :mod:`gnnaas.profiling.measurement`'s, and the checks and files a run starts from (the variants
+listed or skipped, precomputed answers, the rows ``--only`` keeps, the planned caches) are
+:mod:`gnnaas.profiling.inputs`'s.
 """
 
 from __future__ import annotations
@@ -62,7 +67,6 @@ import datetime as _dt
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,43 +74,35 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
-from gnnaas.inference import (
-    INLINE_MAX_NODES,
-    Executor,
-    FeatureCache,
-    InferencePath,
-    StageTimes,
-    Transfer,
-    metric,
-    score_parts,
+from gnnaas.inference import INLINE_MAX_NODES, Executor, FeatureCache, InferencePath
+from gnnaas.inference.lookup import LookupPath
+from gnnaas.profiling.inputs import (
+    check_manifest,
+    kept_profiles,
+    planned_caches,
+    precomputed_answers,
+    served_size_kb,
+    unlisted_variants,
 )
-from gnnaas.inference.lookup import LookupPath, PrecomputedAnswers
-from gnnaas.inference.settings import execution_settings
-from gnnaas.profiling.curves import CurveTimer, hit_ratio, service_sizes
-from gnnaas.profiling.perfmodel import Calibration, calibrate, estimate
+from gnnaas.profiling.measurement import DatasetProfiler
+from gnnaas.profiling.perfmodel import Calibration, calibrate
 from gnnaas.profiling.table import (
     PROFILES_FILE,
     SERVICE_TIMES_FILE,
-    read_profiles,
-    read_service_times,
     write_profiles,
     write_service_times,
 )
-from gnnaas.profiling.timers import peak_memory_bytes, summarize
 from gnnaas.typing import Device, PathType
 
 if TYPE_CHECKING:
     from gnnaas.data import GraphStore
-    from gnnaas.variants.repository import Manifest, VariantRepository
+    from gnnaas.variants.repository import VariantRepository
 
 __all__ = ["ProfileResult", "profile_dataset"]
 
 _log = logging.getLogger(__name__)
-
-_UNTIMED_SPLIT_RUNS = 5  # timed runs of a split profiled for its accuracy (test)
 
 
 @dataclass
@@ -134,357 +130,6 @@ class ProfileResult:
     parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False
     )
-
-
-def _fanout_bound(fanouts: Sequence[int], max_degree: int) -> list[int]:
-    return [int(s) if int(s) > 0 else max(1, max_degree) for s in fanouts]
-
-
-def _channels(manifest: Manifest) -> list[int]:
-    hidden = [manifest.hidden_channels] * (manifest.num_layers - 1)
-    return [manifest.in_channels, *hidden, manifest.out_channels]
-
-
-def _check_manifest(manifest: Manifest, store: GraphStore) -> None:
-    if manifest.num_features != store.num_features:
-        raise ArtifactError(
-            f"variant {manifest.variant_id} was trained on {manifest.num_features} features but "
-            f"{store.name} has {store.num_features}; regenerate with "
-            f"`gnnaas generate --dataset {store.name} --force`"
-        )
-    if manifest.kept_features and max(manifest.kept_features) >= store.num_features:
-        raise ArtifactError(
-            f"variant {manifest.variant_id} keeps feature ids beyond {store.num_features}; "
-            f"regenerate with `gnnaas generate --dataset {store.name} --force`"
-        )
-    if manifest.out_channels != store.num_classes:
-        raise ArtifactError(
-            f"variant {manifest.variant_id} predicts {manifest.out_channels} classes but "
-            f"{store.name} has {store.num_classes}; regenerate the variant"
-        )
-
-
-class _Profiler:
-    """State shared by the variants of one dataset: samplers, rates, settings."""
-
-    def __init__(
-        self,
-        store: GraphStore,
-        *,
-        batch_size: int,
-        runs: int,
-        warmup: int,
-        service_runs: int,
-        min_time_s: float,
-        device: torch.device,
-        calibration: Calibration,
-        date: str,
-        sampler_seed: int,
-        sampling: str,
-        max_batch_nodes: int | None,
-        inline_max_nodes: int = INLINE_MAX_NODES,
-    ) -> None:
-        self.store = store
-        self.batch_size = batch_size
-        self.runs = runs
-        self.warmup = warmup
-        self.service_runs = service_runs
-        self.min_time_s = min_time_s
-        self.device = device
-        self.calibration = calibration
-        self.date = date
-        self.sampler_seed = sampler_seed
-        self.sampling = sampling
-        self.max_batch_nodes = max_batch_nodes
-        self.inline_max_nodes = inline_max_nodes
-        self.max_degree = (
-            int((store.rowptr[1:] - store.rowptr[:-1]).max()) if store.num_nodes else 1
-        )
-        self._samplers: dict[tuple[int, ...], Any] = {}
-        self.settings = execution_settings(device, inline_max_nodes=inline_max_nodes)
-        self.timer = CurveTimer(max(store.num_nodes, 1), inline_max_nodes=inline_max_nodes)
-
-    def close(self) -> None:
-        """Stops the curve timer's worker thread."""
-        self.timer.close()
-
-    def sampler(self, fanouts: Sequence[int]) -> Any:
-        """The serving sampler for ``fanouts``, built as the server builds it, once."""
-        from gnnaas.sampling import serving_sampler
-
-        key = tuple(int(s) for s in fanouts)
-        if key not in self._samplers:
-            self._samplers[key] = serving_sampler(
-                self.store.rowptr, self.store.col, key, seed=self.sampler_seed, mode=self.sampling
-            )
-        return self._samplers[key]
-
-    def score_split(self, path: InferencePath, nodes: Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """The per-node score parts of one split, untimed (for paired intervals)."""
-        nums, dens = [], []
-        for batch in torch.split(nodes, self.batch_size):
-            num, den = score_parts(path.run(batch).logits, self.store.y[batch])
-            nums.append(num)
-            dens.append(den)
-        num_all, den_all = torch.cat(nums), torch.cat(dens)
-        return num_all.cpu().numpy().astype(np.float64), den_all.cpu().numpy().astype(np.float64)
-
-    def profile_split(
-        self,
-        path: InferencePath,
-        manifest: Manifest,
-        nodes: Tensor,
-        split: str,
-        *,
-        timed: bool = True,
-    ) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
-        """The profile row fields of one split that depend on running it, and its score parts.
-
-        With ``timed`` the split's full batches are timed until ``runs`` timings exist and
-        ``min_time_s`` has passed; without, only the accuracy pass's own timings count (the
-        test split: its accuracy is what matters, the router reads the validation row and the
-        service curve).
-        """
-        if nodes.numel() == 0:
-            raise ArtifactError(f"{self.store.name} has no {split} nodes to profile")
-        batches = list(torch.split(nodes, self.batch_size))
-        full = [b for b in batches if b.numel() == batches[0].numel()]
-        bound = math.prod(_fanout_bound(manifest.fanouts, self.max_degree))
-        y = self.store.y
-
-        for _ in range(self.warmup):
-            path.run(batches[0])
-
-        times: list[StageTimes] = []
-        fracs: list[float] = []
-        scores: list[float] = []
-        nums: list[Tensor] = []
-        dens: list[Tensor] = []
-        moved: list[Transfer] = []  # every batch's feature rows (the cache's hit ratio)
-        for batch in batches:  # accuracy pass, timing every full batch
-            out = path.run(batch)
-            moved.append(path.last_transfer)
-            num, den = score_parts(out.logits, y[batch])  # [b] each, in split order
-            nums.append(num)
-            dens.append(den)
-            scores.append(metric(num, den))
-            if batch.numel() == batches[0].numel():
-                times.append(out.times)
-                fracs.append(out.num_sampled / (batch.numel() * bound))
-        i = 0
-        deadline = time.monotonic() + (self.min_time_s if timed else 0.0)
-        runs = self.runs if timed else min(self.runs, _UNTIMED_SPLIT_RUNS)
-        while len(times) < runs or time.monotonic() < deadline:
-            times.append(path.run(full[i % len(full)]).times)
-            i += 1
-
-        num_all, den_all = torch.cat(nums), torch.cat(dens)  # [n] each
-        accuracy = 100.0 * metric(num_all, den_all)
-        if len(scores) > 1:
-            accuracy_std = 100.0 * float(np.std(scores))
-        else:
-            p = accuracy / 100.0
-            accuracy_std = 100.0 * math.sqrt(max(p * (1.0 - p), 0.0) / max(nodes.numel(), 1))
-
-        stage = {
-            "sample": summarize([t.sample_ms for t in times]).p50,
-            "comp": summarize([t.compute_ms for t in times]).p50,
-        }
-        comm = summarize([t.comm_ms for t in times])
-        latency = summarize([t.latency_ms for t in times])
-        e2e = summarize([t.total_ms for t in times])
-        comm_ms, comp_ms = comm.p50, stage["comp"]
-
-        sub = path.sampler.sample(batches[0])
-        mem_bytes = peak_memory_bytes(lambda: path.forward(sub), self.device)
-
-        t = int(batches[0].numel())
-        unique_frac = float(np.mean(fracs)) if fracs else 1.0
-        pred = estimate(
-            t,
-            _fanout_bound(manifest.fanouts, self.max_degree),
-            _channels(manifest),
-            unique_frac=max(unique_frac, 1e-12),
-            bw=self.calibration.bw,
-            ops=self.calibration.ops,
-        )
-        fields = {
-            "split": split,
-            "batch_size": t,
-            "num_batches": len(batches),
-            "accuracy": accuracy,
-            "accuracy_std": accuracy_std,
-            "sample_ms": stage["sample"],
-            "comm_ms": comm_ms,
-            "comp_ms": comp_ms,
-            "latency_ms": latency.p50,
-            "latency_p95_ms": latency.p95,
-            "latency_p99_ms": latency.p99,
-            "latency_std_ms": latency.std,
-            "e2e_ms": e2e.p50,
-            "comm_comp": comm_ms / comp_ms if comp_ms > 0 else float("inf"),
-            "mem_mb": mem_bytes / 2**20,
-            "unique_frac": unique_frac,
-            **_cache_fields(path, moved, batches[0].numel(), [b.numel() for b in batches]),
-            "pred_comm_ms": pred.comm_ms,
-            "pred_comp_ms": pred.comp_ms,
-        }
-        parts = (num_all.cpu().numpy().astype(np.float64), den_all.cpu().numpy().astype(np.float64))
-        return fields, parts
-
-    def service_times(self, executors: dict[str, Executor]) -> list[dict[str, Any]]:
-        """The service curves (:meth:`gnnaas.profiling.curves.CurveTimer.curves`), each point
-        stamped with the serving sampler and the execution settings it was measured under."""
-        rows = self.timer.curves(
-            executors,
-            service_sizes(self.max_batch_nodes),
-            service_runs=self.service_runs,
-            min_time_s=self.min_time_s,
-        )
-        stamp = {"sampling": self.sampling, "sampler_seed": self.sampler_seed, **self.settings}
-        return [{**row, **stamp} for row in rows]
-
-
-def _kept_profiles(
-    folder: Path, manifests: Sequence[Manifest], only: set[str]
-) -> tuple[dict[str, dict[str, dict[str, Any]]], list[dict[str, Any]]]:
-    """For ``profile --only``: the existing rows and curves of every variant not in ``only``.
-
-    Returns:
-        tuple: ``{variant: {split: row}}`` and the service-curve rows of those variants.
-    """
-    listed = {m.variant_id for m in manifests}
-    unknown = sorted(only - listed)
-    if unknown:
-        raise ArtifactError(
-            f"--only names variants that are not in the repository: {', '.join(unknown)}"
-        )
-    try:
-        frame, curves = read_profiles(folder), read_service_times(folder)
-    except ArtifactError as exc:
-        raise ArtifactError(
-            f"--only needs existing profiles to keep ({exc}); profile every variant first"
-        ) from None
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
-    for record in frame.to_dict("records"):
-        rows.setdefault(str(record["variant"]), {})[str(record["split"])] = record
-    others = listed - only
-    missing = sorted(v for v in others if set(rows.get(v, {})) != {"val", "test"})
-    if missing:
-        raise ArtifactError(
-            f"--only keeps the other variants' profiles, but {', '.join(missing)} "
-            "have none; profile every variant first"
-        )
-    kept_curves = [r for r in curves.to_dict("records") if r["variant"] in others]
-    return {v: rows[v] for v in others}, kept_curves
-
-
-def _answers(
-    repo: VariantRepository, manifest: Manifest, store: GraphStore
-) -> PrecomputedAnswers | None:
-    """A precomputed variant's tables (``None`` for a trained variant), checked against the
-    dataset: one row per node."""
-    if manifest.precomputed is None:
-        return None
-    tables = repo.load_answers(manifest)
-    answered, version = tables["logits"].size(0), int(manifest.precomputed["graph_version"])
-    if answered != store.num_nodes:
-        redo = (
-            f"`gnnaas precompute --dataset {store.name} --variant "
-            f"{manifest.precomputed['base']}` (with the server's --state-dir for a live graph)"
-        )
-        if version > 0:  # the answers of a live graph: profile on that graph
-            raise ArtifactError(
-                f"its answers cover {answered} nodes, those of the live graph at version "
-                f"{version}, and {store.name} as profiled here has {store.num_nodes}; profile "
-                f"it with --state-dir (the server's) to time it on the live graph, or run {redo} "
-                "again"
-            )
-        raise ArtifactError(
-            f"its answers cover {answered} nodes, {store.name} as profiled here has "
-            f"{store.num_nodes}; run {redo} again"
-        )
-    return PrecomputedAnswers(
-        tables["logits"], tables.get("embeddings"), manifest.precomputed["graph_version"]
-    )
-
-
-def _size_kb(model: torch.nn.Module, stored_kb: float) -> float:
-    """The served weights' size: the stored files', or for an int8 model its parameters and
-    buffers as it holds them (1-byte weights in its quantized linear layers)."""
-    if getattr(model, "precision", "fp32") != "int8":
-        return stored_kb
-    from gnnaas.models import model_bytes
-
-    return model_bytes(model) / 1024
-
-
-def _cache_fields(
-    path: InferencePath, moved: Sequence[Transfer], full: int, sizes: Sequence[int]
-) -> dict[str, Any]:
-    """The :data:`~gnnaas.profiling.table.CACHE_COLUMNS` of a split's accuracy pass."""
-    copied = [t.copied_bytes for t, size in zip(moved, sizes, strict=True) if size == full]
-    return {
-        "cache_nodes": 0 if path.cache is None else path.cache.num_cached,
-        "hit_ratio": hit_ratio(moved),
-        "copied_kb": float(np.mean(copied)) / 1024 if copied else 0.0,
-    }
-
-
-def _planned_caches(
-    store: GraphStore,
-    manifests: Sequence[Manifest],
-    folder: Path,
-    budget_mb: float,
-    *,
-    sampler_seed: int,
-    sampling: str,
-) -> dict[str, Tensor]:
-    """The node ids each trained variant would keep on the device if the server served this
-    dataset alone with ``budget_mb`` (equal traffic shares)."""
-    from gnnaas.profiling.cacheplan import assign_cache_nodes, degree_ranking, read_cache_ranking
-
-    rankings: dict[tuple[int, ...], Any] = {}
-    entries = {}
-    for m in manifests:
-        if m.precomputed is not None:
-            continue  # answers are looked up: no feature is read
-        fanouts = tuple(int(f) for f in m.fanouts)
-        if fanouts not in rankings:
-            ranking, source = read_cache_ranking(
-                folder,
-                fanouts,
-                num_nodes=store.num_nodes,
-                num_edges=store.num_edges,
-                sampler_seed=sampler_seed,
-                sampling=sampling,
-            )
-            if ranking is None:
-                _log.info("feature cache, fanouts %s: by neighbor count (%s)", fanouts, source)
-                ranking = degree_ranking(store.col, store.num_nodes)
-            rankings[fanouts] = ranking
-        entries[m.variant_id] = (rankings[fanouts], m.in_channels * store.x.element_size())
-    return assign_cache_nodes(int(budget_mb * 2**20), entries)
-
-
-def _unlisted_variants(
-    repo: VariantRepository, dataset: str, listed: set[str]
-) -> list[tuple[str, str]]:
-    """Folders the repository skipped when listing (unreadable manifests), with the reason."""
-    folder = Path(repo.root) / dataset
-    if not folder.is_dir():
-        return []
-    skipped = []
-    for child in sorted(folder.iterdir()):
-        if child.name.startswith(".") or not child.is_dir() or child.name in listed:
-            continue
-        try:
-            repo.manifest(dataset, child.name)
-            reason = "not listed by the repository"
-        except (ArtifactError, ConfigError) as exc:
-            reason = str(exc)
-        skipped.append((child.name, reason))
-    return skipped
 
 
 def profile_dataset(
@@ -676,7 +321,7 @@ def _profile_dataset(
     dev = device
     _warn_if_busy()
     manifests = repo.list(store.name)
-    skipped = _unlisted_variants(repo, store.name, {m.variant_id for m in manifests})
+    skipped = unlisted_variants(repo, store.name, {m.variant_id for m in manifests})
     if variants is not None:
         wanted = set(variants)
         manifests = [m for m in manifests if m.variant_id in wanted]
@@ -687,7 +332,7 @@ def _profile_dataset(
             f"generate them with `gnnaas generate --dataset {store.name}`"
         )
     kept_rows, kept_curves = (
-        _kept_profiles(out_dir / store.name, manifests, set(only)) if only else ({}, [])
+        kept_profiles(out_dir / store.name, manifests, set(only)) if only else ({}, [])
     )
 
     calibration = calibration or calibrate(dev)
@@ -695,7 +340,7 @@ def _profile_dataset(
         "calibration: bw_gb_s: %.2f ops_g_s: %.1f", calibration.bw / 1e9, calibration.ops / 1e9
     )
     date = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    prof = _Profiler(
+    prof = DatasetProfiler(
         store,
         batch_size=batch_size,
         runs=runs,
@@ -719,7 +364,7 @@ def _profile_dataset(
     }
 
     cache_nodes = (
-        _planned_caches(
+        planned_caches(
             store,
             manifests,
             out_dir / store.name,
@@ -742,14 +387,14 @@ def _profile_dataset(
             try:
                 loaded = repo.load(store.name, variant_id, device=dev)
                 manifest = loaded.manifest
-                _check_manifest(manifest, store)
+                check_manifest(manifest, store)
             except (ArtifactError, ConfigError) as exc:
                 _log.warning("skipping variant %s: %s", variant_id, exc)
                 skipped.append((variant_id, str(exc)))
                 continue
             features = store.feature_subset(manifest.kept_features)
             try:
-                answers = _answers(repo, manifest, store)
+                answers = precomputed_answers(repo, manifest, store)
             except ArtifactError as exc:
                 _log.warning("skipping variant %s: %s", variant_id, exc)
                 skipped.append((variant_id, str(exc)))
@@ -771,7 +416,7 @@ def _profile_dataset(
                 "ranking": manifest.ranking,
                 "prune": manifest.prune,
                 "features_kept": manifest.in_channels,
-                "size_kb": _size_kb(loaded.model, size_kb),
+                "size_kb": served_size_kb(loaded.model, size_kb),
                 "fanouts": ".".join(str(f) for f in manifest.fanouts),
                 "hidden_channels": manifest.hidden_channels,
                 "precision": manifest.precision,

@@ -31,7 +31,7 @@ from gnnaas.typing import PathType
 from gnnaas.utils import atomic_write_text
 
 if TYPE_CHECKING:
-    from gnnaas.variants.repository import Manifest
+    from gnnaas.variants.manifest import Manifest
 
 __all__ = [
     "AXIS_COLUMNS",

@@ -1,7 +1,8 @@
 """Variants: feature rankings, training, generation pipeline and the variant repository.
 
 Names resolve lazily (PEP 562): ``from gnnaas.variants import VariantRepository`` imports only
-``repository.py``, so the server never loads training code it does not run.
+``repository.py`` and the ``manifest.py`` it reads, so the server never loads training code it
+does not run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ from typing import TYPE_CHECKING
 from gnnaas._lazy import attach
 
 if TYPE_CHECKING:
+    from gnnaas.variants.manifest import (
+        FULL_RANKING,
+        MANIFEST_FORMAT,
+        Manifest,
+        VariantSpec,
+        library_versions,
+    )
     from gnnaas.variants.pipeline import GenerateRow, generate_variants
     from gnnaas.variants.ranking import (
         Ranking,
@@ -21,18 +29,11 @@ if TYPE_CHECKING:
         random_ranking,
         rank_features,
     )
-    from gnnaas.variants.repository import (
-        FULL_RANKING,
-        MANIFEST_FORMAT,
-        LoadedVariant,
-        Manifest,
-        VariantRepository,
-        VariantSpec,
-        library_versions,
-    )
+    from gnnaas.variants.repository import LoadedVariant, VariantRepository
     from gnnaas.variants.training import TrainConfig, TrainResult, evaluate, train_model
 
 _SOURCES = {
+    "manifest": ("FULL_RANKING", "MANIFEST_FORMAT", "Manifest", "VariantSpec", "library_versions"),
     "pipeline": ("GenerateRow", "generate_variants"),
     "ranking": (
         "Ranking",
@@ -43,15 +44,7 @@ _SOURCES = {
         "random_ranking",
         "rank_features",
     ),
-    "repository": (
-        "FULL_RANKING",
-        "MANIFEST_FORMAT",
-        "LoadedVariant",
-        "Manifest",
-        "VariantRepository",
-        "VariantSpec",
-        "library_versions",
-    ),
+    "repository": ("LoadedVariant", "VariantRepository"),
     "training": ("TrainConfig", "TrainResult", "evaluate", "train_model"),
 }
 

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
     from gnnaas.data import GraphStore
     from gnnaas.models import GNN
-    from gnnaas.variants.repository import Manifest, VariantRepository, VariantSpec
+    from gnnaas.variants.manifest import Manifest, VariantSpec
+    from gnnaas.variants.repository import VariantRepository
     from gnnaas.variants.training import TrainConfig
 
 __all__ = [
@@ -289,7 +290,7 @@ def _manifest_of(
     metrics: dict[str, float],
     origin: str,
 ) -> Manifest:
-    from gnnaas.variants.repository import library_versions
+    from gnnaas.variants.manifest import library_versions
 
     return replace(
         root,

@@ -40,7 +40,8 @@ from gnnaas.inference.layerwise import (
     layerwise_inference,
     peak_bytes,
 )
-from gnnaas.variants.repository import EXACT_SUFFIX, Manifest, VariantRepository
+from gnnaas.variants.manifest import EXACT_SUFFIX, Manifest
+from gnnaas.variants.repository import VariantRepository
 from gnnaas.variants.training import evaluate_path
 
 __all__ = ["ExactRun", "exact_pass", "precompute", "write_parquet"]

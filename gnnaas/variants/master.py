@@ -37,7 +37,7 @@ from gnnaas.errors import ConfigError
 from gnnaas.models import Arch, build_model
 from gnnaas.models.pyg import PYG_CLASSES
 from gnnaas.typing import PathType
-from gnnaas.variants.repository import (
+from gnnaas.variants.manifest import (
     FULL_RANKING,
     MANIFEST_FORMAT,
     USER_RANKING,

@@ -19,16 +19,16 @@ import torch
 
 from gnnaas.errors import ConfigError
 from gnnaas.typing import Device
-from gnnaas.variants.master import warm_start_state
-from gnnaas.variants.ranking import Ranking, rank_features
-from gnnaas.variants.repository import (
+from gnnaas.variants.manifest import (
     FULL_RANKING,
     MANIFEST_FORMAT,
     Manifest,
-    VariantRepository,
     VariantSpec,
     library_versions,
 )
+from gnnaas.variants.master import warm_start_state
+from gnnaas.variants.ranking import Ranking, rank_features
+from gnnaas.variants.repository import VariantRepository
 
 if TYPE_CHECKING:
     from gnnaas.data import GraphStore

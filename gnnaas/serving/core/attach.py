@@ -28,7 +28,8 @@ def plan_feature_caches(served: Sequence[ServedDataset], settings: Settings) -> 
     """Sets ``cache_nodes`` of every trained variant of frozen graphs: one budget of
     ``settings.feature_cache_mb`` over them all, equal traffic shares (none is known at
     start-up), nodes in the planned order beside the profiles, else by neighbor count."""
-    from gnnaas.profiling.cacheplan import assign_cache_nodes, degree_ranking, read_cache_ranking
+    from gnnaas.profiling.cachebudget import assign_cache_nodes
+    from gnnaas.profiling.cacheplan import degree_ranking, read_cache_ranking
 
     entries: dict[tuple[str, str], tuple[Any, int]] = {}
     for ds in served:
