@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import re
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import yaml  # a dependency of Ray's
 from ray import serve
 
 from gnnaas.errors import ConfigError
@@ -497,30 +497,6 @@ def datasets_from_args(args: dict[str, Any]) -> serve.Application:
 # -- the Serve config file -----------------------------------------------------------------------
 
 
-def _yaml(value: Any, indent: int = 0) -> list[str]:
-    """Block-style YAML lines; scalars as JSON, which YAML reads as is."""
-    pad = " " * indent
-    lines: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, dict | list) and item:
-                lines.append(f"{pad}{key}:")
-                lines.extend(_yaml(item, indent + 2))
-            else:
-                lines.append(f"{pad}{key}: {json.dumps(item)}")
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, dict | list) and item:
-                block = _yaml(item, indent + 2)
-                lines.append(f"{pad}- {block[0].lstrip()}")
-                lines.extend(block[1:])
-            else:
-                lines.append(f"{pad}- {json.dumps(item)}")
-    else:
-        lines.append(f"{pad}{json.dumps(value)}")
-    return lines
-
-
 def serve_config(
     settings: Settings,
     *,
@@ -611,4 +587,5 @@ def serve_config(
         f"#   ({PROXY_CALLBACK_ENV}=... ray start --address=<head>:6379 on the others),",
         "# then: serve deploy <this file>. The folders below must be the same on every node.",
     ]
-    return "\n".join([*header, *_yaml(config)]) + "\n"
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return "\n".join(header) + "\n" + body
