@@ -1,7 +1,9 @@
 """Do the profiles predict what the server measures? Predicted vs measured batch time per variant.
 
 For each dataset: ``gnnaas prepare``-style variants and profiles (reused when present), then
-``gnnaas serve`` on a free 127.0.0.1 port, and for every routable variant, pinned with
+``gnnaas serve`` on a free 127.0.0.1 port on each of ``--threads`` torch thread counts (the
+profiles are taken on one; a server on others re-times the curves at start-up), and for every
+variant the router routes to (on the frontier; ``--all``: every routable one), pinned with
 ``X-Variant``, sequential requests (one in flight, so each request is one batch) of 1, 4, 16, 64
 and 256 distinct test nodes. The server records each batch's time predicted by the variant's
 profiled service curve, alone and times the one device-wide speed factor the router predicted
@@ -55,8 +57,9 @@ __all__ = ["main", "render"]
 TARGET = 0.15
 
 
-def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
-    """Variants, profiles and the server's drift record for one dataset."""
+def measure(args: argparse.Namespace, dataset: str, threads: int) -> dict[str, Any]:
+    """Variants, profiles and the drift record of a server of ``dataset`` on ``threads`` torch
+    threads (one other than the profiles' re-times their curves at start-up)."""
     plan = replace(
         QUICK,
         dataset=dataset,
@@ -69,12 +72,16 @@ def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
     nodes = test_nodes(dataset, workdir)
     sizes = [s for s in args.sizes if s <= len(nodes)]
     port = free_port()
-    env = {"GNNAAS_TORCH_THREADS": "1", "GNNAAS_MAX_WAIT_MS": "0"}
+    env = {"GNNAAS_TORCH_THREADS": str(threads), "GNNAAS_MAX_WAIT_MS": "0"}
     cmd = serve_cmd(dataset, variants_dir, profiles_dir, port, args.device)
-    with ServerProcess(cmd, port, workdir / f"drift-{dataset}.log", env=env) as server:
+    log = workdir / f"drift-{dataset}-{threads}t.log"
+    with ServerProcess(cmd, port, log, env=env) as server:
         url = f"{server.base_url}/v1/datasets/{dataset}/predict"
         listing = server.get_json(f"/v1/datasets/{dataset}/variants")["variants"]
-        routable = [v["id"] for v in listing if v["routable"]]
+        # The variants the router routes to (on the frontier), or every routable one (--all).
+        routable = [
+            v["id"] for v in listing if v["routable"] and (args.all or not v.get("dominated_by"))
+        ]
         bodies = {size: make_bodies(nodes, size, 64, seed=size) for size in sizes}
         # Rounds over all variants and sizes, a few requests each: a transient slowdown of the
         # machine then hits every variant alike instead of one variant's whole series.
@@ -108,9 +115,16 @@ def measure(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
                 "jitter": drift.get("jitter"),
                 "by_batch_nodes": drift["by_batch_nodes"],
                 "profile_threads": (v.get("profile") or {}).get("threads"),
+                "retimed": bool(v.get("retimed")),
             }
         )
-    return {"dataset": dataset, "sizes": sizes, "rows": rows}
+    return {
+        "dataset": dataset,
+        "server_threads": threads,
+        "retimed": sum(r["retimed"] for r in rows),
+        "sizes": sizes,
+        "rows": rows,
+    }
 
 
 def _worst_bias(row: dict[str, Any], factor: float = 1.0) -> float:
@@ -133,13 +147,15 @@ def render(results: dict[str, Any]) -> str:
         "# Service curves: predicted vs measured batch time",
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}, "
-        f"GPU {m.get('gpu') or 'none'}; server on one torch thread, profiles taken on the same "
-        "machine by the same command. Load average before: "
+        f"GPU {m.get('gpu') or 'none'}; profiles taken on one torch thread on the same machine "
+        "by the same command; servers on the threads each section names (on others than the "
+        "profiles', the server re-times the curves at start-up). Load average before: "
         + ", ".join(f"{x:.2f}" for x in results["load_before"])
         + ".",
         f"Command: `python benchmarks/bench_drift.py {results['args_line']}`",
         "",
-        "Each routable variant pinned, sequential requests (one batch each) of "
+        "Each variant the router routes to (on the frontier; `--all`: every routable one) pinned, "
+        "sequential requests (one batch each) of "
         f"{results['args']['requests']} per size. Error = measured / predicted − 1 per batch; "
         f"the server's `/v1/datasets/{{d}}/variants` `drift` record. Target: median |error| ≤ "
         f"{TARGET:.0%} per variant. *As routed*: the time the router predicted when it chose, "
@@ -162,7 +178,9 @@ def render(results: dict[str, Any]) -> str:
     for block in results["datasets"]:
         sizes = block["sizes"]
         lines += [
-            f"## {block['dataset']}",
+            f"## {block['dataset']}, server on {block.get('server_threads', 1)} torch thread(s)",
+            "",
+            f"Curves re-timed at start-up: {block.get('retimed', 0)} of {len(block['rows'])}.",
             "",
             f"Device factor (measured / predicted, median over variants and sizes): "
             f"{_device_factor(block['rows']):.3f}.",
@@ -232,6 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-s-per-size", type=float, default=10.0)
     parser.add_argument("--epochs", type=int, default=4, help="max training epochs (default: 4)")
     parser.add_argument("--profile-runs", type=int, default=10, help="(default: 10)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="torch threads of the server, one run each (default: 1 2; the profiles use 1)",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="every routable variant, also the dominated ones"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a variant misses")
     parser.add_argument("--render", metavar="JSON", help="only rewrite drift.md beside its JSON")
     args = parser.parse_args(argv)
@@ -250,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "args_line": " ".join(sys.argv[1:] if argv is None else argv),
         "command": command_line("bench_drift.py", argv),
-        "datasets": [measure(args, d) for d in args.datasets],
+        "datasets": [measure(args, d, t) for d in args.datasets for t in args.threads],
     }
     save_results("drift", results, render, out)
     misses = [
