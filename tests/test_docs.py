@@ -42,3 +42,23 @@ def test_no_reference_points_outside_the_clone() -> None:
         if re.search(r"ARCHITECTURE\.md|shared/(?:STYLE|REFERENCE)\.md", text):
             offenders.append(str(path.relative_to(REPO)))
     assert not offenders, f"references to files outside the repository: {offenders}"
+
+
+def test_readme_tables_are_written_from_the_results_json() -> None:
+    """The README's tables of figures are what scripts/readme_tables.py makes of the results
+    JSON: a benchmark rerun without refreshing them, or a figure edited by hand, fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "readme_tables", REPO / "scripts" / "readme_tables.py"
+    )
+    assert spec is not None and spec.loader is not None
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    text = (REPO / "README.md").read_text()
+    for name in tables.TABLES:
+        assert f"<!-- table: {name} -->" in text, f"README has no table {name!r}"
+    assert tables.refreshed(text)[1] == [], "run python scripts/readme_tables.py"
+    # A figure changed by hand is noticed.
+    tampered = re.sub(r"\*\*\d+\.\d+×\*\*", "**9.99×**", text, count=1)
+    assert tampered == text or tables.refreshed(tampered)[1] == ["speedups"]

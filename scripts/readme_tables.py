@@ -1,0 +1,162 @@
+"""Writes the README's tables of measured figures from the benchmarks' results JSON.
+
+A figure in the README is never typed by hand: each table sits between two markers,
+
+    <!-- table: NAME -->
+    ...
+    <!-- end table: NAME -->
+
+and this script rewrites what is between them from ``benchmarks/results/*.json`` (the JSON the
+benchmark scripts write; their pages are rendered from the same files). ``--check`` only says
+which tables differ from what the JSON gives and exits 1 if any does; ``tests/test_docs.py``
+runs that check, so a rerun benchmark whose README table was not refreshed fails the suite.
+
+Tables:
+
+- ``speedups``: the speed a tolerance buys, the router's sustained rate over the full model's
+  (``bench_policy.py``'s ``policy.json`` for synth-flickr@0.2, ``policy-Cora.json`` for Cora),
+  and the share of the router's answers the precomputed variant gave.
+
+Example:
+    python scripts/readme_tables.py            # rewrite the tables in README.md
+    python scripts/readme_tables.py --check    # exit 1 when one is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+README = REPO / "README.md"
+
+# The policy runs the speed-up table reads, in the order of its rows: (graph, results file).
+POLICY_RUNS = (("synth-flickr@0.2", "policy.json"), ("Cora", "policy-Cora.json"))
+
+
+def _ratios(block: dict[str, Any], key: str, base: str) -> list[float]:
+    """``key``'s sustained rate over ``base``'s, repeat by repeat."""
+    return [
+        rep[key]["rate_rps"] / rep[base]["rate_rps"]
+        for rep in block["repeats"]
+        if rep.get(base, {}).get("rate_rps", 0) > 0 and key in rep
+    ]
+
+
+def _share(block: dict[str, Any], key: str, variant: str | None) -> float | None:
+    """The share of ``key``'s answers (all steps, all repeats) that ``variant`` gave."""
+    if variant is None:
+        return None
+    served: dict[str, int] = {}
+    for rep in block["repeats"]:
+        for step in rep.get(key, {}).get("steps", []):
+            for k, v in step["variants"].items():
+                served[k] = served.get(k, 0) + v
+    total = sum(served.values())
+    return served.get(variant, 0) / total if total else None
+
+
+def speedups() -> str:
+    """Router / full model per graph, request size and tolerance, from the policy runs."""
+    tolerances: list[float] = []
+    rows = []
+    for graph, file in POLICY_RUNS:
+        path = RESULTS / file
+        if not path.exists():
+            continue
+        results = json.loads(path.read_text())
+        full, exact = results.get("full_model"), results.get("precomputed")
+        if full is None:  # a run before the full model was pinned: nothing to compare with
+            continue
+        for size, block in results["sizes"].items():
+            cells: dict[float, str] = {}
+            shares: dict[float, float | None] = {}
+            for pol in block["policies"]:
+                tol = pol["tolerance"]
+                if tol is None:
+                    continue
+                ratios = _ratios(block, pol["key"], f"pin:{full}")
+                if not ratios:
+                    continue
+                if tol not in tolerances:
+                    tolerances.append(tol)
+                spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
+                cells[tol] = f"**{statistics.median(ratios):.2f}×**{spread}"
+                shares[tol] = _share(block, pol["key"], exact)
+            bound = block.get("bound_ms")
+            exact_cell = ", ".join(
+                f"{t:g}: {100 * s:.0f}%" for t, s in shares.items() if s is not None and t in (1, 2)
+            )
+            rows.append((graph, int(size), bound, full, cells, exact, exact_cell))
+    if not rows:
+        return "_No policy run with a pinned full model yet: run `benchmarks/bench_policy.py`._"
+    tolerances.sort()
+    head = " | ".join(f"tolerance {t:g}" for t in tolerances)
+    lines = [
+        f"| graph | nodes per request (p99 bound) | full model | {head} | answered by the "
+        "precomputed variant at tolerance 1, 2 |",
+        "|---|---:|---|" + "---:|" * len(tolerances) + "---|",
+    ]
+    for graph, size, bound, full, cells, exact, exact_cell in rows:
+        bound_text = f" (≤ {bound:g} ms)" if bound else ""
+        values = " | ".join(cells.get(t, "–") for t in tolerances)
+        share = f"`{exact}` {exact_cell}" if exact and exact_cell else "–"
+        lines.append(f"| {graph} | {size}{bound_text} | `{full}` | {values} | {share} |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {"speedups": speedups}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"(<!-- table: {re.escape(name)} -->\n)(.*?)(<!-- end table: {re.escape(name)} -->)",
+        re.DOTALL,
+    )
+
+
+def refreshed(text: str) -> tuple[str, list[str]]:
+    """``text`` with every table rewritten, and the names of those that changed."""
+    changed = []
+    for name, make in TABLES.items():
+        pattern = _pattern(name)
+        match = pattern.search(text)
+        if match is None:
+            continue
+        table = make() + "\n"
+        if match.group(2) != table:
+            changed.append(name)
+            text = text[: match.start(2)] + table + text[match.end(2) :]
+    return text, changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a table is stale")
+    args = parser.parse_args(argv)
+    text = README.read_text()
+    new, changed = refreshed(text)
+    if args.check:
+        if changed:
+            print(
+                f"README tables out of date: {', '.join(changed)}; run python "
+                "scripts/readme_tables.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if changed:
+        README.write_text(new)
+    print(f"README tables rewritten: {', '.join(changed) or 'none changed'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
