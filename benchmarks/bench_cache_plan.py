@@ -94,7 +94,8 @@ def plan(dataset: str, args: argparse.Namespace, profiles: Path) -> dict[str, An
         "budget_mb": budget_mb,
         "command": shlex.join(command),
         "seconds": seconds,
-        "printed": done.stdout,
+        # The plan's files go to a scratch folder: its path is no figure and no reader's path.
+        "printed": done.stdout.replace(str(profiles), "<profiles>"),
         "rows": [
             {
                 "variant": r["variant"],
@@ -185,7 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": utc_now(),
         "machine": machine_info(),
         "bench": command_line("bench_cache_plan.py", argv),
-        "data_root": args.data_root or os.environ.get("GNNAAS_DATA") or "(none)",
+        # Which setting named the raw files (no machine path in the results).
+        "data_root": "--data-root"
+        if args.data_root
+        else "$GNNAAS_DATA"
+        if os.environ.get("GNNAAS_DATA")
+        else "(none)",
         "datasets": [],
     }
     with tempfile.TemporaryDirectory() as tmp:

@@ -54,6 +54,11 @@ class PrecomputedAnswers:
         """Nodes with a precomputed row."""
         return int(self.logits.size(0))
 
+    def covers(self, num_nodes: int) -> bool:
+        """Whether every node below ``num_nodes`` has its exact answer here: the graph takes no
+        writes and the tables hold that many rows (the router then checks no node)."""
+        return self.staleness is None and self.num_nodes >= num_nodes
+
     def fresh(self, nodes: Tensor) -> Tensor:
         """``[n]`` bool: whether each node's precomputed row is its exact answer now."""
         inside = nodes < self.num_nodes

@@ -22,6 +22,7 @@ from gnnaas.data.live import (
     writes_since,
 )
 from gnnaas.data.store import GraphStore
+from gnnaas.inference.lookup import PrecomputedAnswers
 from gnnaas.sampling import DepthSampler
 
 
@@ -390,3 +391,13 @@ def test_read_live_and_writes_since_read_the_state_without_the_lock(tmp_path: Pa
     compact(store, tmp_path)
     assert writes_since(store, tmp_path, 1) is None  # folded into the snapshot: unknown
     assert writes_since(store, tmp_path, 2) == []
+
+
+def test_precomputed_answers_cover_a_static_graph_only() -> None:
+    """The router skips the per-node check only where no node can be stale: no writes tracked and
+    a row for every node."""
+    static = PrecomputedAnswers(torch.zeros(6, 2), None, 0)
+    assert static.covers(6) and static.covers(5) and not static.covers(7)
+    assert not static.any_stale(np.array([0, 5])) and static.any_stale(np.array([6]))
+    live = PrecomputedAnswers(torch.zeros(6, 2), None, 0, Staleness(_chain(), hops=2, num_nodes=6))
+    assert not live.covers(6)  # a write may make any node stale: checked per request

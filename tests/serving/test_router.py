@@ -344,3 +344,35 @@ async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_th
             await running
     finally:
         await core.stop()
+
+
+async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane that answered and holds nothing more (as an inline batch is by the next request)
+    costs the next decision no load snapshot; a lane with work still does."""
+    core = Router(toy[0], Settings(warmup=False))
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    model = toy[1][slow_id]
+    try:
+        await core.predict(ds, torch.tensor([0]), tolerance=50.0)
+        assert core._active  # given work, not yet seen idle
+        calls: list[object] = []
+        real = core.load_snapshot
+        monkeypatch.setattr(core, "load_snapshot", lambda *a, **k: calls.append(a) or real(*a, **k))
+        idle = core.select(ds, 3, tolerance=4.5)[1]
+        assert calls == [] and not core._active
+        core._last.pop(ds.name, None)
+        want = select_variant(RequestSpec(3, 4.5), ds.candidates, real(ds))
+        assert idle.variant_id == want.variant_id
+        assert idle.predicted_ms == pytest.approx(want.predicted_ms)
+        with held(model) as gate:
+            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
+            await _until(model.entered.is_set)
+            core.select(ds, 3, tolerance=4.5)
+            assert len(calls) == 1  # busy: the load is read
+            gate.set()
+            await running
+    finally:
+        await core.stop()

@@ -360,6 +360,18 @@ class Router:
             )
         return dataclasses.replace(base, variants=loads)
 
+    def _any_busy(self) -> bool:
+        """Whether a lane runs or holds work; the lanes found idle leave the busy set.
+
+        A lane answering inline (few nodes, on the event loop) is idle again by the next
+        request, so the set often holds only idle lanes: the idle choice then holds."""
+        for lane in list(self._active):
+            b = lane.batcher
+            if b.in_flight_since is not None or b.queued_requests:
+                return True
+            self._active.discard(lane)
+        return False
+
     def admitted(self, dataset: ServedDataset, tolerance: float) -> tuple[Candidate, ...]:
         """``dataset``'s candidates admissible under ``tolerance``, most accurate first (cached).
 
@@ -427,7 +439,7 @@ class Router:
         )
         if keep is not None:
             selection = Selection(keep, math.nan, math.nan, None, entry.ids)
-        elif not self._active and not self._draining and request.target_ms is None:
+        elif request.target_ms is None and not self._draining and not self._any_busy():
             selection = self._admitted.idle_choice(entry, num_nodes, self.speed.factor)
         else:
             snapshot = self.load_snapshot(dataset, entry.ids, priority)
@@ -441,7 +453,12 @@ class Router:
             )
         variant = dataset.variants[selection.variant_id]
         answers = variant.answers
-        if answers is not None and nodes is not None and entry.computed:
+        if (
+            answers is not None
+            and nodes is not None
+            and entry.computed
+            and not answers.covers(dataset.num_nodes)
+        ):
             ids = nodes.numpy() if isinstance(nodes, Tensor) else np.asarray(nodes, np.int64)
             if answers.any_stale(ids):
                 selection = select_admitted(
