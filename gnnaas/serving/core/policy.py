@@ -119,8 +119,10 @@ class RequestSpec:
     @property
     def target_ms(self) -> float | None:
         """The time the choice aims at: the deadline left, or the SLO, the smaller."""
-        given = [t for t in (self.slo_ms, self.deadline_ms) if t is not None]
-        return min(given) if given else None
+        slo, left = self.slo_ms, self.deadline_ms  # every decision reads this: no list built
+        if slo is None:
+            return left
+        return slo if left is None else min(slo, left)
 
     @property
     def effective_tolerance(self) -> float:
