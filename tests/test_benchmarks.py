@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,14 @@ def test_every_page_has_its_json() -> None:
         f"pages without a JSON: {sorted(unbacked - set(NO_JSON))}; rerun their script. "
         f"Listed in NO_JSON but backed or gone now: {sorted(set(NO_JSON) - unbacked)}"
     )
+
+
+def test_no_machine_path_in_results() -> None:
+    # A results file says which setting named a folder, never where it was on the machine.
+    absolute = re.compile(r"(?<![\w.~])/(?:tmp|home|root|work|Users|var|mnt|opt|srv)/")
+    found = [
+        str(p.relative_to(RESULTS))
+        for p in sorted(RESULTS.rglob("*"))
+        if p.suffix in {".json", ".md"} and absolute.search(p.read_text())
+    ]
+    assert found == [], f"machine paths in {found}"
