@@ -103,28 +103,37 @@ def _stop_group(pgid: int, grace_s: float = 20.0) -> None:
 
 
 def run_block(block: Block, env: dict[str, str]) -> tuple[bool, str, float]:
-    """Runs one block; ``(ok, output, seconds)``."""
+    """Runs one block; ``(ok, output, seconds)``.
+
+    The output goes to a file, not a pipe: a server the block started in the background and did
+    not stop (``kill %1`` signals only the job's first process without job control) would hold a
+    pipe open, and the block would seem to run until its timeout. The block is done when its shell
+    exits; what it left running is then stopped with its process group."""
     script = "set -e\n" + block.text + "\n"
     start = time.monotonic()
-    proc = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: background servers die with it
-    )
-    try:
-        output, _ = proc.communicate(timeout=block.timeout_s)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: background servers die with it
+        )
+        timed_out = False
+        try:
+            code = proc.wait(timeout=block.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code, timed_out = -1, True
+        finally:
+            _stop_group(proc.pid)
+        log.seek(0)
+        output = log.read()
+    if timed_out:
         output += f"\n[readme-check: timed out after {block.timeout_s:.0f} s]"
-        code = -1
-    finally:
-        _stop_group(proc.pid)
     seconds = time.monotonic() - start
     missing = [e for e in block.expects if e.lower() not in output.lower()]
     if missing:

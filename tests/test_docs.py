@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 _SKIP = {".venv", ".cache", ".git", "variants", "profiles"}
@@ -62,3 +65,26 @@ def test_readme_tables_are_written_from_the_results_json() -> None:
     # A figure changed by hand is noticed.
     tampered = re.sub(r"\*\*\d+\.\d+×\*\*", "**9.99×**", text, count=1)
     assert tampered == text or tables.refreshed(tampered)[1] == ["speedups"]
+
+
+def _script(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve the module's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_check_ends_a_block_whose_background_server_outlives_it(tmp_path: Path) -> None:
+    """A block that leaves a background process holding its output (as `make serve &` then
+    `kill %1` does without job control) is done when its shell exits; the process is stopped."""
+    check = _script("readme_check")
+    pid_file = tmp_path / "pid"
+    text = f"sleep 300 &\necho $! > {pid_file}\necho started\n# expect: started\n"
+    ok, output, seconds = check.run_block(check.Block(1, text, timeout_s=60.0), dict(os.environ))
+    assert ok and "started" in output and seconds < 30
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z"  # gone or dead
