@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from gnnaas.variants.manifest import EXACT_SUFFIX
+
 from common import (
     RESULTS,
     Plan,
@@ -59,7 +61,6 @@ __all__ = ["main", "render"]
 
 STREAMS = (("high", 0.2), ("normal", 0.4), ("low", 0.4))
 _LATE_SLACK_MS = 5.0
-PRECOMPUTED_MARK = "@"  # a precomputed variant's id is <base-id>@exact
 
 
 def sustained_rate(
@@ -150,7 +151,7 @@ def computed_only(variants: Path, dataset: str, workdir: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     (out / dataset).mkdir(parents=True)
     for entry in sorted((variants / dataset).iterdir()):
-        if entry.is_dir() and PRECOMPUTED_MARK not in entry.name:
+        if entry.is_dir() and not entry.name.endswith(EXACT_SUFFIX):
             (out / dataset / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
     return out
 

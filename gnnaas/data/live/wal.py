@@ -12,6 +12,7 @@ the lock, beside a running server. Kept apart from the in-memory graph, which ho
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -241,7 +242,6 @@ def live_store(store: Any, state_dir: Path | str) -> tuple[Any, int]:
     Raises:
         ArtifactError: the snapshot cannot be read or the log does not fit it.
     """
-    from gnnaas.data.store import GraphStore
 
     graph = read_live(store, state_dir)
     rowptr, col = graph.merged_csr()
@@ -249,20 +249,8 @@ def live_store(store: Any, state_dir: Path | str) -> tuple[Any, int]:
     y = store.y
     if n > y.size(0):  # [N + new] with zero rows for the new nodes
         y = torch.cat([y, y.new_zeros((n - y.size(0), *y.shape[1:]))])
-    current = GraphStore(
-        name=store.name,
-        rowptr=rowptr,
-        col=col,
-        x=graph.features()[:n],
-        y=y,
-        num_classes=store.num_classes,
-        multi_label=store.multi_label,
-        train_idx=store.train_idx,
-        val_idx=store.val_idx,
-        test_idx=store.test_idx,
-        informative=store.informative,
-        source=store.source,
-    )
+    # The store with the live graph's edges and rows (its caches start empty: init=False fields).
+    current = dataclasses.replace(store, rowptr=rowptr, col=col, x=graph.features()[:n], y=y)
     return current, graph.version
 
 

@@ -229,6 +229,11 @@ class Batcher(Generic[T, R]):
         return self._in_flight_since
 
     @property
+    def busy(self) -> bool:
+        """Whether a batch runs or a request waits."""
+        return self._in_flight_since is not None or self._queues.requests > 0
+
+    @property
     def room_nodes(self) -> int:
         """How many more ``normal`` nodes :meth:`submit` accepts now (any number while nothing
         waits)."""

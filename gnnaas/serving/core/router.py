@@ -312,7 +312,7 @@ class Router:
         busy: dict[str, Lane] = {}
         for lane in list(self._active):
             b = lane.batcher
-            if b.in_flight_since is None and b.queued_requests == 0:
+            if not b.busy:
                 self._active.discard(lane)
                 continue
             if b.in_flight_since is not None:
@@ -366,8 +366,7 @@ class Router:
         A lane answering inline (few nodes, on the event loop) is idle again by the next
         request, so the set often holds only idle lanes: the idle choice then holds."""
         for lane in list(self._active):
-            b = lane.batcher
-            if b.in_flight_since is not None or b.queued_requests:
+            if lane.batcher.busy:
                 return True
             self._active.discard(lane)
         return False
@@ -387,8 +386,7 @@ class Router:
         if lane is None:
             return False
         b = lane.batcher
-        busy = b.in_flight_since is not None or b.queued_nodes > 0
-        return busy and b.room_nodes >= num_nodes
+        return b.busy and b.room_nodes >= num_nodes
 
     def queue_depths(self) -> Iterator[QueueDepth]:
         """Queued and running nodes of every variant (read by ``/metrics``)."""
