@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -32,6 +33,18 @@ async def _until(cond: object) -> None:
             return
         await asyncio.sleep(0.001)
     raise AssertionError("condition not reached in time")
+
+
+async def _backlog(core: Router, ds: Any, model: FakeModel) -> list[asyncio.Future[Any]]:
+    """One batch of the slow variant running (held in ``model``) and 4 × 50 nodes queued
+    behind it."""
+    running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
+    await _until(model.entered.is_set)
+    queued = [
+        asyncio.ensure_future(core.predict(ds, torch.arange(50), pinned=slow_id)) for _ in range(4)
+    ]
+    await _until(lambda: core.lane("toy", slow_id).batcher.queued_nodes == 200)
+    return [running, *queued]
 
 
 async def test_load_snapshot_is_measured_from_the_queues(
@@ -151,18 +164,12 @@ async def test_backlog_moves_traffic_to_a_faster_variant(
     try:
         assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
         with held(blocker) as gate:
-            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
-            await _until(blocker.entered.is_set)
-            queued = [
-                asyncio.ensure_future(core.predict(ds, torch.arange(50), pinned=slow_id))
-                for _ in range(4)
-            ]
-            await _until(lambda: core.lane("toy", slow_id).batcher.queued_nodes == 200)
+            backlog = await _backlog(core, ds, blocker)
             # 200 waiting nodes: 1x would serve them and the new one in 16.6 ms, 2x in 10.0 ms.
             core.speed.factor = 1.0
             assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-lasso-2x"
             gate.set()
-            await asyncio.gather(running, *queued)
+            await asyncio.gather(*backlog)
         core.speed.factor = 1.0
         assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
     finally:
@@ -301,17 +308,11 @@ async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
             idle = agree(speed)
             agree(speed)  # the second time from the caches
         with held(blocker) as gate:
-            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
-            await _until(blocker.entered.is_set)
-            queued = [
-                asyncio.ensure_future(core.predict(ds, torch.arange(50), pinned=slow_id))
-                for _ in range(4)
-            ]
-            await _until(lambda: core.lane("toy", slow_id).batcher.queued_nodes == 200)
+            backlog = await _backlog(core, ds, blocker)
             busy = agree(1.0)
             assert agree(1.0) == busy
             gate.set()
-            await asyncio.gather(running, *queued)
+            await asyncio.gather(*backlog)
         assert busy != idle  # the backlog changed some choices: the load was read
     finally:
         await core.stop()
