@@ -180,9 +180,10 @@ def perfmodel_caption(val: pd.DataFrame) -> str:
             " Predicted compute is far below measured because the model counts each layer's "
             "multiply-adds at the dense-matmul rate OPS and ignores per-operator dispatch "
             "overhead (a forward runs dozens of small ops), the memory-bound scatter/gather of "
-            "neighbour aggregation and small matrices that run below peak; on a CPU with these "
-            "batch sizes that overhead dominates. Read the compute prediction as a lower bound "
-            "and for how compute scales with the kept features, not as absolute time."
+            "neighbour aggregation and small matrices that run below peak; at these batch sizes "
+            "that overhead (operator dispatch on a CPU, kernel launches on a GPU) dominates. "
+            "Read the compute prediction as a lower bound and for how compute scales with the "
+            "kept features, not as absolute time."
         )
     if math.isfinite(comm) and not 0.5 <= comm <= 2.0:
         text += (

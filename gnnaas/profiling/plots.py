@@ -194,15 +194,18 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "")
             )
         values = pd.concat([val[measured], val[predicted]])
         values = values[values > 0]
+        subs = (1.0, 2.0, 5.0)
         if not values.empty:
             lo, hi = float(values.min()) / 1.5, float(values.max()) * 1.5
             ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="predicted = measured")
             ax.set_xlim(lo, hi)
             ax.set_ylim(lo, hi)
+            if hi / lo > 1e3:  # 1-2-5 labels of over three decades run into each other
+                subs = (1.0,)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        plain_log_axis(ax.xaxis)
-        plain_log_axis(ax.yaxis)
+        plain_log_axis(ax.xaxis, subs)
+        plain_log_axis(ax.yaxis, subs)
         ax.set_xlabel(f"measured {name} p50 (ms)")
         ax.set_ylabel(f"predicted {name} (ms)")
         ratios = (val[predicted] / val[measured].where(val[measured] > 0)).dropna()
