@@ -61,6 +61,7 @@ from common import (
     Plan,
     add_precomputed,
     command_line,
+    gpu_words,
     machine_info,
     make_bodies,
     prepare,
@@ -383,8 +384,9 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"# Router vs fixed choices ({results['dataset']})",
         "",
-        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')};"
-        f" client and server on the same machine; server on one torch thread.",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}"
+        f"{gpu_words(m, results['args'].get('device', 'cpu'))}; client and server on the same "
+        "machine; server on one torch thread.",
         f"Command: `python benchmarks/bench_policy.py {results['args_line']}`.",
         "",
         "Sustained rate = closed-loop throughput (req/s) at which p99 reaches the bound "

@@ -115,6 +115,14 @@ def command_line(script: str, argv: Sequence[str] | None = None) -> str:
 # machine
 
 
+def gpu_words(machine: dict[str, Any], device: str) -> str:
+    """``", served on NVIDIA H200 (139.8 GB)"`` for a run on a CUDA ``device``, else ``""``: the
+    card a results page names next to the host."""
+    if not device.startswith("cuda") or not machine.get("gpu"):
+        return ""
+    return f", served on {machine['gpu']} ({machine.get('gpu_mem_gb', '?')} GB)"
+
+
 def _sh(cmd: Sequence[str]) -> str:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()

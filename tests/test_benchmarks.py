@@ -33,6 +33,7 @@ NO_JSON = {
 # Pages under benchmarks/results that no benchmark writes.
 NOT_BENCHMARKS = {
     "report-Cora/report.md": "`gnnaas report` of the profiles.csv beside it",
+    "report-synth-flickr@0.2-h200/report.md": "`gnnaas report` of the CUDA profiles beside it",
 }
 
 
@@ -131,3 +132,13 @@ def test_no_machine_path_in_results() -> None:
         if p.suffix in {".json", ".md"} and absolute.search(p.read_text())
     ]
     assert found == [], f"machine paths in {found}"
+
+
+def test_a_cuda_run_names_its_card_and_a_cpu_run_names_none() -> None:
+    from common import gpu_words
+
+    machine = {"gpu": "NVIDIA H200", "gpu_mem_gb": 139.8}
+    assert gpu_words(machine, "cuda") == ", served on NVIDIA H200 (139.8 GB)"
+    assert gpu_words(machine, "cuda:1") == ", served on NVIDIA H200 (139.8 GB)"
+    assert gpu_words(machine, "cpu") == ""
+    assert gpu_words({"gpu": None}, "cuda") == ""
