@@ -360,7 +360,9 @@ def prepare(plan: Plan, workdir: Path, device: str) -> tuple[Path, Path]:
         axes=plan.axes,
     )
     say(f"prepare: variants ready after {time.monotonic() - t0:.0f} s")
-    if not has_profiles(profiles / store.name, repo.list(store.name)):
+    # int8 variants run on the CPU only: a CUDA profile skips them, so they are not waited for
+    servable = [m for m in repo.list(store.name) if device == "cpu" or m.precision != "int8"]
+    if not has_profiles(profiles / store.name, servable):
         profile_dataset(
             store,
             repo,
