@@ -414,6 +414,49 @@ async def test_a_request_past_its_deadline_is_not_computed_and_its_batch_runs() 
     await batcher.stop()
 
 
+async def test_a_low_request_past_its_share_of_the_slack_waits_for_the_next_batch() -> None:
+    import time
+
+    handler = Handler(hold=True)
+    # One second per node. The high request has 7 s: the normal one may join it (a batch of 2 s,
+    # within its third of the 7 s), the low one may not (3 s, past its quarter), though the
+    # batch would still end before the high one's deadline.
+    batcher: Batcher[int, int] = Batcher(
+        handler, predict_s=lambda nodes: float(nodes), aging_s=LONG_S
+    )
+    first = await _hold_one(handler, batcher)
+    low = asyncio.ensure_future(batcher.submit(1, size=1, priority="low"))
+    normal = asyncio.ensure_future(
+        batcher.submit(2, size=1, expires=time.monotonic() + LONG_S)  # fits beside the high one
+    )
+    high = asyncio.ensure_future(
+        batcher.submit(3, size=1, priority="high", expires=time.monotonic() + 7.0)
+    )
+    await _queued(batcher, 3)
+    handler.release.set()
+    served = await asyncio.gather(first, high, normal, low)
+    assert [s.value for s in served] == [-2, 6, 4, 2]  # the low one was not dropped
+    assert handler.batches == [[-1], [3, 2], [1]]  # high first; low in a batch of its own
+    await batcher.stop()
+
+
+async def test_a_request_that_would_miss_its_deadline_even_alone_is_dropped_others_run() -> None:
+    import time
+
+    handler = Handler(hold=True)
+    batcher: Batcher[int, int] = Batcher(handler, predict_s=lambda nodes: float(nodes))
+    first = await _hold_one(handler, batcher)
+    hopeless = asyncio.ensure_future(batcher.submit(1, size=3, expires=time.monotonic() + 2.0))
+    fine = asyncio.ensure_future(batcher.submit(2, size=1, expires=time.monotonic() + LONG_S))
+    await _queued(batcher, 2)
+    handler.release.set()
+    await asyncio.gather(first, fine)
+    with pytest.raises(DeadlineExceeded, match="would pass in its batch"):
+        await hopeless
+    assert handler.batches == [[-1], [2]]
+    await batcher.stop()
+
+
 async def test_a_request_its_batch_would_make_late_is_dropped_before_it_runs() -> None:
     import time
 

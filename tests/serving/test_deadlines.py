@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from serving_fakes import FakeModel, held, make_toy_registry, wait_until
+from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait_until
 
 from gnnaas.serving import Router, Settings, create_app
 
@@ -29,30 +29,71 @@ def _post(client: TestClient, nodes: list[int], **headers: str) -> httpx.Respons
     return client.post(URL, json={"nodes": nodes}, headers=headers)
 
 
-def test_a_deadline_shorter_than_every_prediction_is_refused_at_once(
-    toy: tuple[TestClient, Router, dict[str, FakeModel]],
-) -> None:
-    client, core, models = toy
-    # The toy curves predict at least 1 ms for one node (sage-lasso-8x) and 3 ms (sage-full-1x).
-    calls = sum(m.calls for m in models.values())
-    refused = _post(client, [1, 2], **{"X-Deadline-Ms": "0.5", "X-Accuracy-Tolerance": "50"})
-    assert refused.status_code == 503
-    assert refused.headers["Retry-After"] == "1"
-    detail = refused.json()["detail"]
-    assert detail.startswith("X-Deadline-Ms 0.5: no admissible variant is predicted to answer")
-    assert "best prediction: 1.0 ms (sage-lasso-8x)" in detail
-    assert sum(m.calls for m in models.values()) == calls  # nothing computed
-    # A deadline the fastest admissible variant meets: served by the most accurate that does.
-    ok = _post(client, [1], **{"X-Deadline-Ms": "2.5", "X-Accuracy-Tolerance": "50"})
-    assert ok.status_code == 200 and ok.headers["X-Variant"] == "sage-lasso-2x"
-    # A deadline alone admits every variant, as an SLO alone does.
-    alone = _post(client, [1], **{"X-Deadline-Ms": "1.5"})
-    assert alone.status_code == 200 and alone.headers["X-Variant"] == "sage-lasso-8x"
-    metrics = client.get("/metrics").text
-    assert (
-        'gnnaas_admission_total{dataset="toy",outcome="shed_deadline",priority="normal"} 1.0'
-        in (metrics)
-    )
+# The toy curves 100 times slower: a deadline that separates the predictions is then far longer
+# than any request takes, so no answer here is late however slow the machine.
+SLOW_VARIANTS = {
+    v: (kept, accuracy, curve and {n: 100 * ms for n, ms in curve.items()})
+    for v, (kept, accuracy, curve) in TOY_VARIANTS.items()
+}
+
+
+def test_a_deadline_shorter_than_every_prediction_is_refused_at_once() -> None:
+    registry, models = make_toy_registry(SLOW_VARIANTS)
+    # The curves predict 103.2 ms for two nodes on the fastest variant (sage-lasso-8x).
+    with TestClient(create_app(Settings(**SETTINGS), registry=registry)) as client:
+        calls = sum(m.calls for m in models.values())
+        refused = _post(client, [1, 2], **{"X-Deadline-Ms": "50", "X-Accuracy-Tolerance": "50"})
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "1"
+        detail = refused.json()["detail"]
+        assert detail.startswith("X-Deadline-Ms 50: no admissible variant is predicted to answer")
+        assert "best prediction: 103.2 ms (sage-lasso-8x)" in detail
+        assert sum(m.calls for m in models.values()) == calls  # nothing computed
+        # A deadline the fastest admissible variant meets: served by the most accurate that does.
+        ok = _post(client, [1], **{"X-Deadline-Ms": "250", "X-Accuracy-Tolerance": "50"})
+        assert ok.status_code == 200 and ok.headers["X-Variant"] == "sage-lasso-2x"
+        # A deadline alone admits every variant, as an SLO alone does.
+        alone = _post(client, [1], **{"X-Deadline-Ms": "150"})
+        assert alone.status_code == 200 and alone.headers["X-Variant"] == "sage-lasso-8x"
+        metrics = client.get("/metrics").text
+    shed = 'gnnaas_admission_total{dataset="toy",outcome="shed_deadline",priority="normal"} 1.0'
+    assert shed in metrics
+
+
+def test_with_work_ahead_low_and_normal_are_refused_past_their_share_high_is_not() -> None:
+    # Curves 1,000 times the toy's: one node 3 s, 32 nodes 6 s on sage-full-1x; the deadlines
+    # below are seconds, so nothing here depends on how fast the machine is.
+    slow = {
+        v: (kept, accuracy, curve and {n: 1000 * ms for n, ms in curve.items()})
+        for v, (kept, accuracy, curve) in TOY_VARIANTS.items()
+    }
+    registry, models = make_toy_registry(slow)
+    pin = "sage-full-1x"
+    app = create_app(Settings(**SETTINGS), registry=registry)
+    with TestClient(app) as client, held(models[pin]) as gate, ThreadPoolExecutor(3) as pool:
+        lane = app.state.router.lane("toy", pin)
+        running = pool.submit(_post, client, [0], **{"X-Variant": pin})
+        assert models[pin].entered.wait(5)
+        queued = pool.submit(_post, client, list(range(1, 32)), **{"X-Variant": pin})
+        wait_until(lambda: lane.batcher.queued_requests == 1)
+        # Behind the running batch and 31 queued nodes, a one-node request is predicted to end
+        # in under 12 s, but its wait is more than a third (normal) or a quarter (low) of its
+        # slack (12 s minus its own 3 s): refused. A high one waits behind no queued node.
+        deadline = {"X-Variant": pin, "X-Deadline-Ms": "12000"}
+        for priority, share in (("low", "25%"), ("normal", "33%")):
+            refused = _post(client, [40], **deadline, **{"X-Priority": priority})
+            assert refused.status_code == 503
+            detail = refused.json()["detail"]
+            assert f"a {priority}-priority request waits at most {share} of its slack" in detail
+            assert "the rest is kept for higher priorities" in detail
+        high = pool.submit(_post, client, [41], **deadline, **{"X-Priority": "high"})
+        wait_until(lambda: lane.batcher.queued_requests == 2)
+        gate.set()
+        assert [f.result().status_code for f in (running, queued, high)] == [200, 200, 200]
+        metrics = client.get("/metrics").text
+    for priority in ("low", "normal"):
+        assert f'outcome="shed_deadline",priority="{priority}"}} 1.0' in metrics
+    assert 'outcome="admitted",priority="high"} 1.0' in metrics
 
 
 def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(
@@ -86,6 +127,31 @@ def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_ru
     assert (
         'gnnaas_admission_total{dataset="toy",outcome="expired",priority="normal"} 1.0' in metrics
     )
+
+
+def test_an_answer_ready_after_its_deadline_is_discarded_with_504(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]],
+) -> None:
+    client, core, models = toy
+    pin = "sage-full-1x"
+    model = models[pin]
+    seen = model.calls
+    with held(model) as gate, ThreadPoolExecutor(1) as pool:
+        sent_at = time.monotonic()
+        # Predicted to make 50 ms (3 ms), so it is computed; the held model makes it late.
+        late = pool.submit(_post, client, [7], **{"X-Variant": pin, "X-Deadline-Ms": "50"})
+        assert model.entered.wait(5)
+        wait_until(lambda: time.monotonic() - sent_at > 0.1)
+        gate.set()
+        answer = late.result()
+    assert answer.status_code == 504
+    detail = answer.json()["detail"]
+    assert detail.startswith("X-Deadline-Ms 50: the answer was ready ")
+    assert "after the deadline" in detail and "it was discarded, never answered late" in detail
+    assert model.calls == seen + 1  # computed, not sent
+    metrics = client.get("/metrics").text
+    assert 'gnnaas_admission_total{dataset="toy",outcome="late",priority="normal"} 1.0' in metrics
+    assert 'outcome="admitted"' not in metrics
 
 
 def test_every_priority_is_served_at_light_load_and_counted(

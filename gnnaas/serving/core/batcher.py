@@ -25,9 +25,13 @@ makes room by evicting queued requests of lower priorities, low ones first, newe
 :class:`~gnnaas.errors.OverloadedError`): low sheds first, then normal, and high keeps its place.
 
 **Deadlines.** A request may carry an absolute deadline (``time.monotonic()``). It is never
-computed after it: one whose deadline has passed when its batch forms, or that the batch would
-not finish in time (``predict_s``, the predicted batch time, when given), is dropped before
-compute with :class:`~gnnaas.errors.DeadlineExceeded`, and the batch runs without it.
+computed after it: one whose deadline has passed when its batch forms is dropped before compute
+with :class:`~gnnaas.errors.DeadlineExceeded`, and the batch runs without it. With
+``predict_s`` (the predicted batch time) a formed batch is then fitted to its deadlines in
+priority order: a member joins only if the batch with it is still predicted to finish before
+every deadline in it, so a large batch of lower priorities never makes a high one late; a member
+left out goes back to the head of its queue for the next batch, or is dropped the same way if it
+would miss its deadline even alone.
 
 Example:
     >>> async def main() -> list[int]:
@@ -51,7 +55,13 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
-from gnnaas.serving.core.queues import PRIORITIES, QUEUE_SHARES, RANK, PriorityQueues
+from gnnaas.serving.core.queues import (
+    PRIORITIES,
+    QUEUE_SHARES,
+    RANK,
+    SLACK_SHARES,
+    PriorityQueues,
+)
 
 __all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
 
@@ -485,21 +495,43 @@ class Batcher(Generic[T, R]):
             stopping = stopping or stop_seen
 
     def _within_deadlines(self, batch: list[_Pending[T, R]]) -> list[_Pending[T, R]]:
-        """``batch`` without the requests whose deadline has passed or that the batch would
-        not finish by (with ``predict_s``); those fail with :class:`DeadlineExceeded`."""
+        """``batch`` fitted to its members' deadlines (module docstring): the passed ones and
+        those that would miss theirs even alone fail with :class:`DeadlineExceeded`; those that
+        would make the batch too slow for a member before them in priority order go back to the
+        head of their queue."""
         if all(p.expires is None for p in batch):
             return batch
         now = time.monotonic()
-        kept = batch
-        while kept:
-            size = sum(p.size for p in kept)
-            done_at = now + (self._predict_s(size) if self._predict_s is not None else 0.0)
-            late = [p for p in kept if p.expires is not None and p.expires < done_at]
-            if not late:
-                break
-            for p in late:
-                self._expire(p, now, "passed" if p.expires < now else "would pass in its batch")
-            kept = [p for p in kept if p not in late]  # a smaller batch may meet the others
+        predict = self._predict_s or (lambda nodes: 0.0)
+        aged = now - self.aging_s
+        kept: list[_Pending[T, R]] = []
+        back: list[_Pending[T, R]] = []
+        size, tightest = 0, math.inf
+        ranked = sorted(
+            (
+                (0 if p.enqueued_at <= aged else p.rank, p.enqueued_at, i)
+                for i, p in enumerate(batch)
+            )
+        )
+        for rank, _, i in ranked:
+            p = batch[i]
+            expires = math.inf if p.expires is None else p.expires
+            if expires < now:
+                self._expire(p, now, "passed")
+                continue
+            # The first member may use all of its time; a later one only its priority's share
+            # of the tightest slack, so the batch leaves room for a higher priority behind it.
+            limit = min(tightest, expires)
+            if kept:
+                limit = now + SLACK_SHARES[rank] * (limit - now)
+            if now + predict(size + p.size) <= limit:
+                kept.append(p)
+                size, tightest = size + p.size, min(tightest, expires)
+            elif now + predict(p.size) > expires:
+                self._expire(p, now, "would pass in its batch")
+            else:
+                back.append(p)
+        self._queues.put_back(back)
         return kept
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:

@@ -176,9 +176,10 @@ class ServingMetrics:
         )
         self.admission = Counter(
             "gnnaas_admission",
-            "Predict requests by priority and outcome: admitted to a queue, shed at admission "
-            "(deadline unmeetable, queue full, evicted for higher priority) or expired in the "
-            "queue (deadline passed before compute)",
+            "Predict requests by priority and outcome: admitted (answered), shed at admission "
+            "(deadline unmeetable, queue full, evicted for higher priority), expired in the "
+            "queue (deadline passed before compute) or late (computed, ready after the deadline, "
+            "discarded)",
             ["dataset", "priority", "outcome"],
             registry=r,
         )
@@ -311,8 +312,9 @@ class ServingMetrics:
         self.batch_measured.labels(dataset, variant).observe(measured_s)
 
     def admitted(self, dataset: str, priority: str, outcome: str) -> None:
-        """Records one predict request's admission ``outcome``: ``admitted``, ``shed_deadline``,
-        ``shed_queue_full``, ``shed_evicted`` or ``expired``."""
+        """Records one predict request's admission ``outcome``: ``admitted`` (answered),
+        ``shed_deadline``, ``shed_queue_full``, ``shed_evicted``, ``expired`` (never computed)
+        or ``late`` (computed, but ready after its deadline: discarded)."""
         self.admission.labels(dataset, priority, outcome).inc()
 
     def rejected(self, reason: str) -> None:

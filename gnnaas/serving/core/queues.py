@@ -16,12 +16,19 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "PriorityQueues"]
+__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "SLACK_SHARES", "PriorityQueues"]
 
 PRIORITIES = ("high", "normal", "low")
 """Request priorities, most important first; a request's rank is its index."""
 QUEUE_SHARES = (1.0, 1.0, 0.5)
 """The share of the queue's nodes each priority may fill (high, normal, low)."""
+SLACK_SHARES = (1.0, 1 / 3, 0.25)
+"""The share of a request's slack (its deadline left minus its own predicted service time) that
+its predicted queue wait may take at admission, and of the tightest slack in a batch that it may
+fill by joining it (high, normal, low). A high request behind a running batch of lower ones
+waits at most about a third of its slack for it, and normal ones joining its own batch add at
+most another third: two thirds in the worst case, the rest a margin for prediction error. On an
+idle server (no wait) every priority is admitted alike."""
 RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 """A priority's rank (its index in :data:`PRIORITIES`)."""
 
@@ -103,6 +110,12 @@ class PriorityQueues(Generic[E]):
                 if mine < key:
                     best, key = queue, mine
         return None if best is None else best.popleft()
+
+    def put_back(self, entries: list[E]) -> None:
+        """Returns popped, still counted ``entries`` to the heads of their queues, in their
+        order: they go next, before what arrived since."""
+        for entry in reversed(entries):
+            self._queues[entry.rank].appendleft(entry)
 
     def evict_for(self, rank: int, size: int) -> Iterator[E]:
         """Takes out (and uncounts) entries of ranks lower than ``rank``, lowest first, newest

@@ -73,6 +73,7 @@ from gnnaas.serving.core.policy import (
     select_admitted,
     select_timed,
 )
+from gnnaas.serving.core.queues import RANK, SLACK_SHARES
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
 
@@ -490,16 +491,36 @@ class Router:
             selection = Selection(
                 variant.variant_id, predicted, snap.ahead_ms, predicted <= left_ms
             )
-        if selection.meets_slo is not False:
+        if selection.meets_slo is False:
+            self.metrics.admitted(dataset.name, priority, "shed_deadline")
+            best = "no prediction"
+            if math.isfinite(selection.predicted_ms):
+                best = f"{selection.predicted_ms:.1f} ms ({selection.variant_id})"
+            raise OverloadedError(
+                f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
+                f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {best}); retry "
+                "later, with a longer deadline or a larger X-Accuracy-Tolerance",
+                self.settings.retry_after_s,
+            )
+        share = SLACK_SHARES[RANK[priority]]
+        vid = selection.variant_id
+        profile = dataset.variants[vid].profile
+        if share >= 1.0 or profile is None:
+            return
+        # the wait and the service of the prediction, apart: one snapshot, one speed
+        snap = self.load_snapshot(dataset, [vid], priority)
+        speed = snap.load(vid).speed
+        own_ms = speed * profile.service.predict_batched(num_nodes, self.settings.max_batch_nodes)
+        wait_ms = snap.completion_ms(vid, profile.service, num_nodes) - own_ms
+        if wait_ms <= share * (left_ms - own_ms):
             return
         self.metrics.admitted(dataset.name, priority, "shed_deadline")
-        best = "no prediction"
-        if math.isfinite(selection.predicted_ms):
-            best = f"{selection.predicted_ms:.1f} ms ({selection.variant_id})"
         raise OverloadedError(
-            f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
-            f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {best}); retry later, "
-            "with a longer deadline or a larger X-Accuracy-Tolerance",
+            f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request waits at most "
+            f"{share:.0%} of its slack (the {max(left_ms, 0.0):.1f} ms left minus its "
+            f"{own_ms:.1f} ms of service on {vid}), and {wait_ms:.1f} ms of work "
+            "is ahead of it; the rest is kept for higher priorities; retry later, or with a "
+            "higher X-Priority or a longer deadline",
             self.settings.retry_after_s,
         )
 
@@ -531,7 +552,8 @@ class Router:
             OverloadedError: the chosen variant's queue is full (for this priority), the request
                 was shed for higher-priority traffic, no admissible variant is predicted to meet
                 its deadline, or the router is stopping.
-            DeadlineExceeded: its deadline passed (or would have in its batch) before it ran.
+            DeadlineExceeded: its deadline passed (or would have in its batch) before it ran,
+                or its answer was ready only after it (discarded).
         """
         num_nodes = len(nodes)
         expires = left_ms = None
@@ -574,6 +596,16 @@ class Router:
             shed = "shed_evicted" if "shed for higher-priority" in str(exc) else "shed_queue_full"
             self.metrics.admitted(dataset.name, priority, shed)
             raise
+        if expires is not None and deadline_ms is not None:
+            over_ms = (time.monotonic() - expires) * 1e3
+            if over_ms > 0:  # slower than predicted: a late answer is worth nothing
+                self.metrics.admitted(dataset.name, priority, "late")
+                raise DeadlineExceeded(
+                    f"X-Deadline-Ms {deadline_ms:g}: the answer was ready {over_ms:.1f} ms after "
+                    f"the deadline (its batch of {out.batch_size} nodes ran longer than "
+                    "predicted); it was discarded, never answered late (retry with a longer "
+                    "deadline or when the load is lower)"
+                )
         self.metrics.admitted(dataset.name, priority, "admitted")
         times = out.value.times
         return Prediction(

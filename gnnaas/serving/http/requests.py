@@ -64,12 +64,15 @@ HEADER_DOCS: dict[str, str] = {
         "variant is chosen as for X-Latency-SLO-Ms (the smaller of the two when both are given), "
         "and when no variant within tolerance is predicted to answer in time the answer is 503 "
         "with Retry-After at once; a request still queued at its deadline, or whose batch is "
-        "predicted to end after it, is never computed: 504."
+        "predicted to end after it, is never computed: 504 (also when its answer was ready only "
+        "after the deadline: discarded, never a late 200)."
     ),
     "X-Priority": (
         "Optional `high`, `normal` (default) or `low`: batches take higher priorities first (a "
         "request that has waited 0.1 s competes as high, so none starves while the server keeps "
-        "up); under overload low requests are shed first, then normal ones (503 + Retry-After)."
+        "up); under overload low requests are shed first, then normal ones (503 + Retry-After); "
+        "with X-Deadline-Ms a normal request may wait a third of its slack (deadline minus its "
+        "service), a low one a quarter, so that a high one still makes its deadline."
     ),
 }
 """What each request header of ``POST /v1/datasets/{d}/predict`` means (OpenAPI and
