@@ -286,14 +286,16 @@ def render(results: dict[str, Any]) -> str:
             for row, lag in lagging
         )
         every = len(lagging) == len(results["runs"])
+        cores = results["machine"].get("cores", "?")
         lines += [
             f"**The client did not keep up** in {'every run' if every else 'some runs'}: its "
             f"lag (how late it sent a request after the time scheduled) passed the deadline at "
             f"p99 ({which}). Latency is counted from the scheduled time and the server counts a "
             "deadline from a request's arrival, so in such a run the lateness is the load "
             "generator's as much as the server's and the goals are not measured: the offered "
-            "rate is beyond what a client sharing the server's cores can send (a slower server, "
-            "larger requests or a client on another machine can).",
+            f"rate is beyond what the load generator (one Python process, {cores} cores on the "
+            "machine) sends on time (a slower server, larger requests, or a client of several "
+            "processes on another machine can).",
             "",
         ]
     lines += [
@@ -355,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-max-requests", type=int, default=30_000)
     parser.add_argument("--client", default="raw", help="aiohttp or raw (default: raw)")
     parser.add_argument("--connections", type=int, default=128, help="per stream")
+    parser.add_argument(
+        "--name", default="deadlines", help="results file stem: <name>.md and <name>.json"
+    )
     parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else None
@@ -362,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         render_saved(args.render, render)
         return 0
     results = run(args)
-    save_results("deadlines", results, render, Path(args.out))
+    save_results(args.name, results, render, Path(args.out))
     return 0
 
 
