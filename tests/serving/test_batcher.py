@@ -418,9 +418,9 @@ async def test_a_low_request_past_its_share_of_the_slack_waits_for_the_next_batc
     import time
 
     handler = Handler(hold=True)
-    # One second per node. The high request has 7 s: the normal one may join it (a batch of 2 s,
-    # within its third of the 7 s), the low one may not (3 s, past its quarter), though the
-    # batch would still end before the high one's deadline.
+    # One second per node. The high request has 7 s, 6 s of slack beyond its own: the normal one
+    # may join it (it adds 1 s, within its third), the low one may not (2 s more, past its
+    # quarter), though the batch would still end before the high one's deadline.
     batcher: Batcher[int, int] = Batcher(
         handler, predict_s=lambda nodes: float(nodes), aging_s=LONG_S
     )
@@ -438,6 +438,43 @@ async def test_a_low_request_past_its_share_of_the_slack_waits_for_the_next_batc
     assert [s.value for s in served] == [-2, 6, 4, 2]  # the low one was not dropped
     assert handler.batches == [[-1], [3, 2], [1]]  # high first; low in a batch of its own
     await batcher.stop()
+
+
+async def test_requests_cheap_to_add_fill_the_batch_under_tight_deadlines() -> None:
+    import time
+
+    handler = Handler(hold=True)
+    # 8 s per batch plus a millisecond per node: all of them make their 20 s deadlines together
+    batcher: Batcher[int, int] = Batcher(handler, predict_s=lambda nodes: 8.0 + 1e-3 * nodes)
+    first = await _hold_one(handler, batcher)
+    expires = time.monotonic() + 20.0
+    waiting = [asyncio.ensure_future(batcher.submit(i, size=1, expires=expires)) for i in range(50)]
+    await _queued(batcher, 50)
+    handler.release.set()
+    served = await asyncio.gather(first, *waiting)
+    assert [s.value for s in served[1:]] == [2 * i for i in range(50)]
+    assert handler.batches == [[-1], list(range(50))]  # one batch, not fifty
+    await batcher.stop()
+
+
+async def test_a_stop_still_serves_what_a_fitted_batch_put_back() -> None:
+    import time
+
+    handler = Handler(hold=True)
+    batcher: Batcher[int, int] = Batcher(handler, predict_s=lambda nodes: float(nodes))
+    first = await _hold_one(handler, batcher)
+    high = asyncio.ensure_future(
+        batcher.submit(1, size=1, priority="high", expires=time.monotonic() + LONG_S)
+    )
+    low = asyncio.ensure_future(batcher.submit(2, size=50, priority="low"))  # will not fit beside
+    await _queued(batcher, 2)
+    stopping = asyncio.ensure_future(batcher.stop())
+    await _turns()
+    handler.release.set()
+    await stopping
+    assert [f.result().value for f in (first, high, low)] == [-2, 2, 4]
+    assert handler.batches == [[-1], [1], [2]]
+    assert batcher.queued_nodes == 0 and batcher.queued_requests == 0
 
 
 async def test_a_request_that_would_miss_its_deadline_even_alone_is_dropped_others_run() -> None:

@@ -28,10 +28,12 @@ makes room by evicting queued requests of lower priorities, low ones first, newe
 computed after it: one whose deadline has passed when its batch forms is dropped before compute
 with :class:`~gnnaas.errors.DeadlineExceeded`, and the batch runs without it. With
 ``predict_s`` (the predicted batch time) a formed batch is then fitted to its deadlines in
-priority order: a member joins only if the batch with it is still predicted to finish before
-every deadline in it, so a large batch of lower priorities never makes a high one late; a member
-left out goes back to the head of its queue for the next batch, or is dropped the same way if it
-would miss its deadline even alone.
+priority order: the first member runs (unless it would miss its deadline even alone: dropped the
+same way); each later one joins only if the batch is still predicted to finish before every
+deadline in it and the time the joiners add to the first member's stays within the joiner's
+priority's share of the slack (:data:`SLACK_SHARES`), so a batch grows freely while requests
+cost little to add, but lower priorities never stretch it far past what a high request arriving
+behind it can wait for. A member left out goes back to the head of its queue for the next batch.
 
 Example:
     >>> async def main() -> list[int]:
@@ -61,6 +63,7 @@ from gnnaas.serving.core.queues import (
     RANK,
     SLACK_SHARES,
     PriorityQueues,
+    taken_rank,
 )
 
 __all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
@@ -152,8 +155,8 @@ class Batcher(Generic[T, R]):
         aging_s (float, optional): a request waiting longer than this competes as ``high``.
             (default: ``0.1``)
         predict_s (Callable[[int], float], optional): the predicted time (s) of a batch of that
-            many nodes: a request whose deadline the batch would not meet is dropped before
-            it runs. (default: ``None``: only passed deadlines are dropped)
+            many nodes: a batch is fitted to its deadlines with it (module docstring).
+            (default: ``None``: only passed deadlines are dropped)
     """
 
     def __init__(
@@ -469,7 +472,8 @@ class Batcher(Generic[T, R]):
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         stopping = False
-        while not stopping or self._carry is not None:
+        # after a stop, also what a fitted batch put back is still served
+        while not stopping or self._carry is not None or self._queues.requests:
             first = await self._first()
             if first is None:
                 stopping = True
@@ -495,10 +499,10 @@ class Batcher(Generic[T, R]):
             stopping = stopping or stop_seen
 
     def _within_deadlines(self, batch: list[_Pending[T, R]]) -> list[_Pending[T, R]]:
-        """``batch`` fitted to its members' deadlines (module docstring): the passed ones and
-        those that would miss theirs even alone fail with :class:`DeadlineExceeded`; those that
-        would make the batch too slow for a member before them in priority order go back to the
-        head of their queue."""
+        """``batch`` fitted to its members' deadlines (module docstring): the passed ones, and a
+        first member that would miss its deadline even alone, fail with
+        :class:`DeadlineExceeded`; later ones that do not fit go back to the head of their queue.
+        """
         if all(p.expires is None for p in batch):
             return batch
         now = time.monotonic()
@@ -506,31 +510,30 @@ class Batcher(Generic[T, R]):
         aged = now - self.aging_s
         kept: list[_Pending[T, R]] = []
         back: list[_Pending[T, R]] = []
-        size, tightest = 0, math.inf
-        ranked = sorted(
-            (
-                (0 if p.enqueued_at <= aged else p.rank, p.enqueued_at, i)
-                for i, p in enumerate(batch)
-            )
+        size, tightest, first_s = 0, math.inf, 0.0
+        order = sorted(
+            range(len(batch)), key=lambda i: (taken_rank(batch[i], aged), batch[i].enqueued_at)
         )
-        for rank, _, i in ranked:
+        for i in order:
             p = batch[i]
             expires = math.inf if p.expires is None else p.expires
             if expires < now:
                 self._expire(p, now, "passed")
-                continue
-            # The first member may use all of its time; a later one only its priority's share
-            # of the tightest slack, so the batch leaves room for a higher priority behind it.
-            limit = min(tightest, expires)
-            if kept:
-                limit = now + SLACK_SHARES[rank] * (limit - now)
-            if now + predict(size + p.size) <= limit:
-                kept.append(p)
-                size, tightest = size + p.size, min(tightest, expires)
-            elif now + predict(p.size) > expires:
-                self._expire(p, now, "would pass in its batch")
+            elif not kept:
+                if now + predict(p.size) > expires:
+                    self._expire(p, now, "would pass in its batch")
+                else:
+                    kept.append(p)
+                    size, tightest, first_s = p.size, expires, predict(p.size)
             else:
-                back.append(p)
+                limit = min(tightest, expires)
+                took = predict(size + p.size)
+                share = SLACK_SHARES[taken_rank(p, aged)]
+                if now + took <= limit and took - first_s <= share * (limit - now - first_s):
+                    kept.append(p)
+                    size, tightest = size + p.size, limit
+                else:
+                    back.append(p)
         self._queues.put_back(back)
         return kept
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "SLACK_SHARES", "PriorityQueues"]
+__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "SLACK_SHARES", "PriorityQueues", "taken_rank"]
 
 PRIORITIES = ("high", "normal", "low")
 """Request priorities, most important first; a request's rank is its index."""
@@ -24,11 +24,13 @@ QUEUE_SHARES = (1.0, 1.0, 0.5)
 """The share of the queue's nodes each priority may fill (high, normal, low)."""
 SLACK_SHARES = (1.0, 1 / 3, 0.25)
 """The share of a request's slack (its deadline left minus its own predicted service time) that
-its predicted queue wait may take at admission, and of the tightest slack in a batch that it may
-fill by joining it (high, normal, low). A high request behind a running batch of lower ones
-waits at most about a third of its slack for it, and normal ones joining its own batch add at
-most another third: two thirds in the worst case, the rest a margin for prediction error. On an
-idle server (no wait) every priority is admitted alike."""
+its predicted queue wait may take at admission, and of a batch's slack (the tightest deadline in
+it minus the first member's own time) that the time added by joining it may take (high, normal,
+low). Lower priorities are thus refused while the queue is still short enough for a high one to
+wait behind it, and they stretch a batch (a high one's, or one a high one arriving later waits
+for) by a third or a quarter of its slack at most, the rest a margin for prediction error. A
+request alone is never held back by its share, and on an idle server (no wait) every priority is
+admitted alike."""
 RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 """A priority's rank (its index in :data:`PRIORITIES`)."""
 
@@ -42,6 +44,12 @@ class Entry(Protocol):
 
 
 E = TypeVar("E", bound=Entry)
+
+
+def taken_rank(entry: Entry, aged_before: float) -> int:
+    """The rank ``entry`` is taken at: its priority's, or ``high``'s once it was queued before
+    ``aged_before`` (it has waited the aging time)."""
+    return 0 if entry.enqueued_at <= aged_before else entry.rank
 
 
 class PriorityQueues(Generic[E]):
@@ -106,7 +114,7 @@ class PriorityQueues(Generic[E]):
         for queue in self._queues:
             if queue:
                 head = queue[0]
-                mine = (0 if head.enqueued_at <= aged_before else head.rank, head.enqueued_at)
+                mine = (taken_rank(head, aged_before), head.enqueued_at)
                 if mine < key:
                     best, key = queue, mine
         return None if best is None else best.popleft()

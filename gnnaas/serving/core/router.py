@@ -507,20 +507,23 @@ class Router:
         profile = dataset.variants[vid].profile
         if share >= 1.0 or profile is None:
             return
-        # the wait and the service of the prediction, apart: one snapshot, one speed
-        snap = self.load_snapshot(dataset, [vid], priority)
-        speed = snap.load(vid).speed
-        own_ms = speed * profile.service.predict_batched(num_nodes, self.settings.max_batch_nodes)
-        wait_ms = snap.completion_ms(vid, profile.service, num_nodes) - own_ms
+        own_ms = self.speed.factor * profile.service.predict_batched(
+            num_nodes, self.settings.max_batch_nodes
+        )
+        predicted = selection.predicted_ms
+        if not math.isfinite(predicted):  # chosen without reading the load: read it now
+            snap = self.load_snapshot(dataset, [vid], priority)
+            predicted = snap.completion_ms(vid, profile.service, num_nodes)
+        wait_ms = predicted - own_ms  # the queue part of the prediction
         if wait_ms <= share * (left_ms - own_ms):
             return
         self.metrics.admitted(dataset.name, priority, "shed_deadline")
         raise OverloadedError(
-            f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request waits at most "
-            f"{share:.0%} of its slack (the {max(left_ms, 0.0):.1f} ms left minus its "
-            f"{own_ms:.1f} ms of service on {vid}), and {wait_ms:.1f} ms of work "
-            "is ahead of it; the rest is kept for higher priorities; retry later, or with a "
-            "higher X-Priority or a longer deadline",
+            f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request may wait "
+            f"{share:.0%} of its slack (the {max(left_ms, 0.0):.1f} ms left minus its own "
+            f"{own_ms:.1f} ms on {vid}), and it is predicted to wait {wait_ms:.1f} ms; the rest "
+            "is kept for higher priorities; retry later, or with a higher X-Priority or a "
+            "longer deadline",
             self.settings.retry_after_s,
         )
 
@@ -596,15 +599,15 @@ class Router:
             shed = "shed_evicted" if "shed for higher-priority" in str(exc) else "shed_queue_full"
             self.metrics.admitted(dataset.name, priority, shed)
             raise
-        if expires is not None and deadline_ms is not None:
+        if expires is not None:
             over_ms = (time.monotonic() - expires) * 1e3
-            if over_ms > 0:  # slower than predicted: a late answer is worth nothing
+            if over_ms > 0:  # a late answer is worth nothing
                 self.metrics.admitted(dataset.name, priority, "late")
                 raise DeadlineExceeded(
                     f"X-Deadline-Ms {deadline_ms:g}: the answer was ready {over_ms:.1f} ms after "
-                    f"the deadline (its batch of {out.batch_size} nodes ran longer than "
-                    "predicted); it was discarded, never answered late (retry with a longer "
-                    "deadline or when the load is lower)"
+                    f"the deadline (queued {out.queue_s * 1e3:.1f} ms, then a batch of "
+                    f"{out.batch_size} nodes on {variant.variant_id}); it was discarded, never "
+                    "answered late (retry with a longer deadline or when the load is lower)"
                 )
         self.metrics.admitted(dataset.name, priority, "admitted")
         times = out.value.times
