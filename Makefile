@@ -62,7 +62,8 @@ bench-full: $(STAMP)
 # The CUDA tests and the CUDA latency grid in at most 5 minutes on one GPU, written to
 # benchmarks/results/gpu.md; on a machine without CUDA it says so and exits 0. `make install`
 # puts the CPU build of torch in .venv: on a GPU machine point GPU_PYTHON at a Python whose torch
-# has CUDA (and gnnaas's dependencies), e.g. `make gpu-check GPU_PYTHON=~/cuda-env/bin/python`.
+# has CUDA and gnnaas installed (`$(GPU_PYTHON) -m pip install -e .` keeps a CUDA torch 2.4-2.14),
+# e.g. `make gpu-check GPU_PYTHON=~/cuda-env/bin/python`.
 GPU_PYTHON ?=
 gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
 	GNNAAS_DATA=$(DATA_ROOT) $(or $(GPU_PYTHON),$(BIN)/python) benchmarks/gpu_check.py
