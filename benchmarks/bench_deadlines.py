@@ -55,7 +55,7 @@ from common import (
     wait_idle,
 )
 from loadgen import ServerProcess, StepResult, StepSpec, free_port, run_closed, run_step
-from measure import rate_at_bound
+from measure import percentile, rate_at_bound
 
 __all__ = ["main", "render"]
 
@@ -145,17 +145,12 @@ def outcome(result: StepResult, deadline_ms: float) -> dict[str, Any]:
         "ok_p99_ms": float(np.percentile(ok_lat, 99)) if ok_lat.size else math.nan,
         "ok_max_ms": float(ok_lat.max()) if ok_lat.size else math.nan,
         "lag_p99_ms": float(np.percentile(result.lag_ms, 99)) if result.sent else math.nan,
-        "server_p50_ms": _nanpct(server, 50),
-        "server_p99_ms": _nanpct(server, 99),
-        "outside_p50_ms": _nanpct(outside, 50),
-        "outside_p99_ms": _nanpct(outside, 99),
+        "server_p50_ms": percentile(server, 50),
+        "server_p99_ms": percentile(server, 99),
+        "outside_p50_ms": percentile(outside, 50),
+        "outside_p99_ms": percentile(outside, 99),
         "client_cpu_s": result.client_cpu_s,
     }
-
-
-def _nanpct(values: np.ndarray, q: float) -> float:
-    values = values[np.isfinite(values)]
-    return float(np.percentile(values, q)) if values.size else math.nan
 
 
 def computed_only(variants: Path, dataset: str, workdir: Path) -> Path:

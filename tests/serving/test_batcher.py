@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -396,24 +396,6 @@ async def test_low_fills_half_the_queue_and_higher_priorities_evict_it() -> None
     await batcher.stop()
 
 
-async def test_a_request_past_its_deadline_is_not_computed_and_its_batch_runs() -> None:
-    import time
-
-    handler = Handler(hold=True)
-    batcher: Batcher[int, int] = Batcher(handler)
-    first = await _hold_one(handler, batcher)
-    late = asyncio.ensure_future(batcher.submit(1, size=1, expires=time.monotonic() - 1.0))
-    fine = asyncio.ensure_future(batcher.submit(2, size=1, expires=time.monotonic() + LONG_S))
-    await _queued(batcher, 2)
-    handler.release.set()
-    await asyncio.gather(first, fine)
-    with pytest.raises(DeadlineExceeded, match="deadline passed after .* ms in the queue"):
-        await late
-    assert handler.batches == [[-1], [2]]  # computed without it
-    assert fine.result().value == 4
-    await batcher.stop()
-
-
 async def test_a_low_request_past_its_share_of_the_slack_waits_for_the_next_batch() -> None:
     import time
 
@@ -477,20 +459,32 @@ async def test_a_stop_still_serves_what_a_fitted_batch_put_back() -> None:
     assert batcher.queued_nodes == 0 and batcher.queued_requests == 0
 
 
-async def test_a_request_that_would_miss_its_deadline_even_alone_is_dropped_others_run() -> None:
+@pytest.mark.parametrize(
+    ("predict_s", "size", "expires_in_s", "why"),
+    [
+        (None, 1, -1.0, "deadline passed after .* ms in the queue"),  # passed when it forms
+        (float, 3, 2.0, "would pass in its batch"),  # one second per node: 3 s alone
+    ],
+)
+async def test_a_request_that_cannot_make_its_deadline_is_not_computed_and_its_batch_runs(
+    predict_s: Callable[[int], float] | None, size: int, expires_in_s: float, why: str
+) -> None:
     import time
 
     handler = Handler(hold=True)
-    batcher: Batcher[int, int] = Batcher(handler, predict_s=lambda nodes: float(nodes))
+    batcher: Batcher[int, int] = Batcher(handler, predict_s=predict_s)
     first = await _hold_one(handler, batcher)
-    hopeless = asyncio.ensure_future(batcher.submit(1, size=3, expires=time.monotonic() + 2.0))
+    late = asyncio.ensure_future(
+        batcher.submit(1, size=size, expires=time.monotonic() + expires_in_s)
+    )
     fine = asyncio.ensure_future(batcher.submit(2, size=1, expires=time.monotonic() + LONG_S))
     await _queued(batcher, 2)
     handler.release.set()
     await asyncio.gather(first, fine)
-    with pytest.raises(DeadlineExceeded, match="would pass in its batch"):
-        await hopeless
-    assert handler.batches == [[-1], [2]]
+    with pytest.raises(DeadlineExceeded, match=why):
+        await late
+    assert handler.batches == [[-1], [2]]  # computed without it
+    assert fine.result().value == 4
     await batcher.stop()
 
 

@@ -27,13 +27,9 @@ makes room by evicting queued requests of lower priorities, low ones first, newe
 **Deadlines.** A request may carry an absolute deadline (``time.monotonic()``). It is never
 computed after it: one whose deadline has passed when its batch forms is dropped before compute
 with :class:`~gnnaas.errors.DeadlineExceeded`, and the batch runs without it. With
-``predict_s`` (the predicted batch time) a formed batch is then fitted to its deadlines in
-priority order: the first member runs (unless it would miss its deadline even alone: dropped the
-same way); each later one joins only if the batch is still predicted to finish before every
-deadline in it and the time the joiners add to the first member's stays within the joiner's
-priority's share of the slack (:data:`SLACK_SHARES`), so a batch grows freely while requests
-cost little to add, but lower priorities never stretch it far past what a high request arriving
-behind it can wait for. A member left out goes back to the head of its queue for the next batch.
+``predict_s`` (the predicted batch time) a formed batch is fitted to its deadlines by priority
+(:func:`~gnnaas.serving.core.deadlines.fit_batch`); a member left out goes back to the head of
+its queue for the next batch.
 
 Example:
     >>> async def main() -> list[int]:
@@ -57,14 +53,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
-from gnnaas.serving.core.queues import (
-    PRIORITIES,
-    QUEUE_SHARES,
-    RANK,
-    SLACK_SHARES,
-    PriorityQueues,
-    taken_rank,
-)
+from gnnaas.serving.core.deadlines import fit_batch
+from gnnaas.serving.core.queues import PRIORITIES, QUEUE_SHARES, RANK, PriorityQueues
 
 __all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
 
@@ -499,41 +489,15 @@ class Batcher(Generic[T, R]):
             stopping = stopping or stop_seen
 
     def _within_deadlines(self, batch: list[_Pending[T, R]]) -> list[_Pending[T, R]]:
-        """``batch`` fitted to its members' deadlines (module docstring): the passed ones, and a
-        first member that would miss its deadline even alone, fail with
-        :class:`DeadlineExceeded`; later ones that do not fit go back to the head of their queue.
-        """
+        """``batch`` fitted to its members' deadlines (:func:`fit_batch`): those it drops fail
+        with :class:`DeadlineExceeded`, those it leaves out go back to the head of their queue."""
         if all(p.expires is None for p in batch):
             return batch
         now = time.monotonic()
         predict = self._predict_s or (lambda nodes: 0.0)
-        aged = now - self.aging_s
-        kept: list[_Pending[T, R]] = []
-        back: list[_Pending[T, R]] = []
-        size, tightest, first_s = 0, math.inf, 0.0
-        order = sorted(
-            range(len(batch)), key=lambda i: (taken_rank(batch[i], aged), batch[i].enqueued_at)
-        )
-        for i in order:
-            p = batch[i]
-            expires = math.inf if p.expires is None else p.expires
-            if expires < now:
-                self._expire(p, now, "passed")
-            elif not kept:
-                if now + predict(p.size) > expires:
-                    self._expire(p, now, "would pass in its batch")
-                else:
-                    kept.append(p)
-                    size, tightest, first_s = p.size, expires, predict(p.size)
-            else:
-                limit = min(tightest, expires)
-                took = predict(size + p.size)
-                share = SLACK_SHARES[taken_rank(p, aged)]
-                if now + took <= limit and took - first_s <= share * (limit - now - first_s):
-                    kept.append(p)
-                    size, tightest = size + p.size, limit
-                else:
-                    back.append(p)
+        kept, back, dropped = fit_batch(batch, now, predict, now - self.aging_s)
+        for p, why in dropped:
+            self._expire(p, now, why)
         self._queues.put_back(back)
         return kept
 

@@ -16,21 +16,12 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "SLACK_SHARES", "PriorityQueues", "taken_rank"]
+__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "PriorityQueues", "taken_rank"]
 
 PRIORITIES = ("high", "normal", "low")
 """Request priorities, most important first; a request's rank is its index."""
 QUEUE_SHARES = (1.0, 1.0, 0.5)
 """The share of the queue's nodes each priority may fill (high, normal, low)."""
-SLACK_SHARES = (1.0, 1 / 3, 0.25)
-"""The share of a request's slack (its deadline left minus its own predicted service time) that
-its predicted queue wait may take at admission, and of a batch's slack (the tightest deadline in
-it minus the first member's own time) that the time added by joining it may take (high, normal,
-low). Lower priorities are thus refused while the queue is still short enough for a high one to
-wait behind it, and they stretch a batch (a high one's, or one a high one arriving later waits
-for) by a third or a quarter of its slack at most, the rest a margin for prediction error. A
-request alone is never held back by its share, and on an idle server (no wait) every priority is
-admitted alike."""
 RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 """A priority's rank (its index in :data:`PRIORITIES`)."""
 

@@ -54,6 +54,7 @@ from torch import Tensor
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
 from gnnaas.inference.executor import ExecRequest, Output
 from gnnaas.serving.core.admitted import AdmittedSets
+from gnnaas.serving.core.deadlines import admit, late_answer
 from gnnaas.serving.core.lane import (
     ExecutorFactory,
     Lane,
@@ -73,7 +74,6 @@ from gnnaas.serving.core.policy import (
     select_admitted,
     select_timed,
 )
-from gnnaas.serving.core.queues import RANK, SLACK_SHARES
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
 
@@ -470,63 +470,6 @@ class Router:
         self._last[dataset.name] = selection.variant_id
         return variant, selection
 
-    def _admit_deadline(
-        self,
-        dataset: ServedDataset,
-        variant: ServingVariant,
-        selection: Selection | None,
-        num_nodes: int,
-        deadline_ms: float,
-        left_ms: float,
-        priority: str,
-    ) -> None:
-        """Refuses a request no admissible variant is predicted to answer within its deadline
-        (a pinned one: its variant), before it is queued."""
-        if selection is None:  # pinned: its own prediction under the current load
-            profile = variant.profile
-            if profile is None:
-                return
-            snap = self.load_snapshot(dataset, [variant.variant_id], priority)
-            predicted = snap.completion_ms(variant.variant_id, profile.service, num_nodes)
-            selection = Selection(
-                variant.variant_id, predicted, snap.ahead_ms, predicted <= left_ms
-            )
-        if selection.meets_slo is False:
-            self.metrics.admitted(dataset.name, priority, "shed_deadline")
-            best = "no prediction"
-            if math.isfinite(selection.predicted_ms):
-                best = f"{selection.predicted_ms:.1f} ms ({selection.variant_id})"
-            raise OverloadedError(
-                f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
-                f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {best}); retry "
-                "later, with a longer deadline or a larger X-Accuracy-Tolerance",
-                self.settings.retry_after_s,
-            )
-        share = SLACK_SHARES[RANK[priority]]
-        vid = selection.variant_id
-        profile = dataset.variants[vid].profile
-        if share >= 1.0 or profile is None:
-            return
-        own_ms = self.speed.factor * profile.service.predict_batched(
-            num_nodes, self.settings.max_batch_nodes
-        )
-        predicted = selection.predicted_ms
-        if not math.isfinite(predicted):  # chosen without reading the load: read it now
-            snap = self.load_snapshot(dataset, [vid], priority)
-            predicted = snap.completion_ms(vid, profile.service, num_nodes)
-        wait_ms = predicted - own_ms  # the queue part of the prediction
-        if wait_ms <= share * (left_ms - own_ms):
-            return
-        self.metrics.admitted(dataset.name, priority, "shed_deadline")
-        raise OverloadedError(
-            f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request may wait "
-            f"{share:.0%} of its slack (the {max(left_ms, 0.0):.1f} ms left minus its own "
-            f"{own_ms:.1f} ms on {vid}), and it is predicted to wait {wait_ms:.1f} ms; the rest "
-            "is kept for higher priorities; retry later, or with a higher X-Priority or a "
-            "longer deadline",
-            self.settings.retry_after_s,
-        )
-
     async def predict(
         self,
         dataset: ServedDataset,
@@ -575,9 +518,22 @@ class Router:
             priority=priority,
         )
         if left_ms is not None and deadline_ms is not None:
-            self._admit_deadline(
-                dataset, variant, selection, num_nodes, deadline_ms, left_ms, priority
-            )
+            try:
+                admit(
+                    variant,
+                    selection,
+                    num_nodes,
+                    deadline_ms,
+                    left_ms,
+                    priority,
+                    load=lambda: self.load_snapshot(dataset, [variant.variant_id], priority),
+                    speed=self.speed.factor,
+                    max_batch_nodes=self.settings.max_batch_nodes,
+                    retry_after_s=self.settings.retry_after_s,
+                )
+            except OverloadedError:
+                self.metrics.admitted(dataset.name, priority, "shed_deadline")
+                raise
         lane = self._lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
             # `dataset` is from a registry a reload has replaced: its caller awaited something
@@ -599,15 +555,12 @@ class Router:
             shed = "shed_evicted" if "shed for higher-priority" in str(exc) else "shed_queue_full"
             self.metrics.admitted(dataset.name, priority, shed)
             raise
-        if expires is not None:
+        if expires is not None and deadline_ms is not None:  # set together
             over_ms = (time.monotonic() - expires) * 1e3
             if over_ms > 0:  # a late answer is worth nothing
                 self.metrics.admitted(dataset.name, priority, "late")
-                raise DeadlineExceeded(
-                    f"X-Deadline-Ms {deadline_ms:g}: the answer was ready {over_ms:.1f} ms after "
-                    f"the deadline (queued {out.queue_s * 1e3:.1f} ms, then a batch of "
-                    f"{out.batch_size} nodes on {variant.variant_id}); it was discarded, never "
-                    "answered late (retry with a longer deadline or when the load is lower)"
+                raise late_answer(
+                    deadline_ms, over_ms, out.queue_s * 1e3, out.batch_size, variant.variant_id
                 )
         self.metrics.admitted(dataset.name, priority, "admitted")
         times = out.value.times

@@ -1,0 +1,154 @@
+"""Deadlines and priorities: who is admitted with a deadline, and what a formed batch takes.
+
+The rules of docs/architecture.md §6 that depend on a request's deadline, apart from the
+machinery that applies them: :class:`~gnnaas.serving.core.router.Router` calls :func:`admit`
+before it queues a request with ``X-Deadline-Ms``, and
+:class:`~gnnaas.serving.core.batcher.Batcher` calls :func:`fit_batch` on every batch that holds
+a deadline, then fails or puts back what it left out.
+
+The slack of a request (its deadline left minus its own predicted service) is shared by
+priority (:data:`SLACK_SHARES`): a normal or low request is refused at admission while its
+predicted wait takes more than its share, and the time joiners add to a batch stays within the
+joiner's share of the batch's slack. So under overload the queue and the batches stay short
+enough for a high request arriving behind them to make its deadline, while requests cheap to add
+still fill a batch; on an idle server there is no wait and every priority is admitted alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+from gnnaas.errors import DeadlineExceeded, OverloadedError
+from gnnaas.serving.core.policy import LoadSnapshot, Selection
+from gnnaas.serving.core.queues import RANK, Entry, taken_rank
+from gnnaas.serving.core.registry import ServingVariant
+
+__all__ = ["SLACK_SHARES", "admit", "fit_batch", "late_answer"]
+
+SLACK_SHARES = (1.0, 1 / 3, 0.25)
+"""The share of a request's slack (its deadline left minus its own predicted service time) that
+its predicted queue wait may take at admission, and of a batch's slack (the tightest deadline in
+it minus the first member's own time) that the time added by joining it may take (high, normal,
+low). Lower priorities are thus refused while the queue is still short enough for a high one to
+wait behind it, and they stretch a batch (a high one's, or one a high one arriving later waits
+for) by a third or a quarter of its slack at most, the rest a margin for prediction error. A
+request alone is never held back by its share, and on an idle server (no wait) every priority is
+admitted alike."""
+
+
+class Timed(Entry, Protocol):
+    """A waiting request as :func:`fit_batch` sees it."""
+
+    expires: float | None  # time.monotonic() after which it is never computed
+
+
+P = TypeVar("P", bound=Timed)
+
+
+def admit(
+    variant: ServingVariant,
+    selection: Selection | None,
+    num_nodes: int,
+    deadline_ms: float,
+    left_ms: float,
+    priority: str,
+    *,
+    load: Callable[[], LoadSnapshot],
+    speed: float,
+    max_batch_nodes: int,
+    retry_after_s: float,
+) -> None:
+    """Refuses (:class:`OverloadedError`) a request that ``variant`` (the router's choice for it,
+    or the pinned one when ``selection`` is ``None``) is not predicted to answer within its
+    ``left_ms``, or with which a normal or low request would wait more than its share of its
+    slack; returns otherwise.
+
+    ``load`` reads the variant's load now (only when ``selection`` holds no prediction);
+    ``speed`` is the device's measured speed factor.
+    """
+    profile = variant.profile
+    if profile is None:  # never routed to; a pinned one is served as asked
+        return
+    predicted = math.nan if selection is None else selection.predicted_ms
+    if not math.isfinite(predicted):  # pinned, or chosen without reading the load
+        predicted = load().completion_ms(variant.variant_id, profile.service, num_nodes)
+    unmeetable = predicted > left_ms if selection is None else selection.meets_slo is False
+    if unmeetable:
+        raise OverloadedError(
+            f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
+            f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {predicted:.1f} ms "
+            f"({variant.variant_id})); retry later, with a longer deadline or a larger "
+            "X-Accuracy-Tolerance",
+            retry_after_s,
+        )
+    share = SLACK_SHARES[RANK[priority]]
+    own_ms = speed * profile.service.predict_batched(num_nodes, max_batch_nodes)
+    wait_ms = predicted - own_ms  # the queue part of the prediction
+    if share >= 1.0 or wait_ms <= share * (left_ms - own_ms):
+        return
+    raise OverloadedError(
+        f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request may wait {share:.0%} of "
+        f"its slack (the {max(left_ms, 0.0):.1f} ms left minus its own {own_ms:.1f} ms on "
+        f"{variant.variant_id}), and it is predicted to wait {wait_ms:.1f} ms; the rest is kept "
+        "for higher priorities; retry later, or with a higher X-Priority or a longer deadline",
+        retry_after_s,
+    )
+
+
+def late_answer(
+    deadline_ms: float, over_ms: float, queue_ms: float, batch_nodes: int, variant_id: str
+) -> DeadlineExceeded:
+    """The error for an answer ready ``over_ms`` after its deadline: discarded, never sent."""
+    return DeadlineExceeded(
+        f"X-Deadline-Ms {deadline_ms:g}: the answer was ready {over_ms:.1f} ms after the "
+        f"deadline (queued {queue_ms:.1f} ms, then a batch of {batch_nodes} nodes on "
+        f"{variant_id}); it was discarded, never answered late (retry with a longer deadline "
+        "or when the load is lower)"
+    )
+
+
+def fit_batch(
+    batch: Sequence[P],
+    now: float,
+    predict_s: Callable[[int], float],
+    aged_before: float,
+) -> tuple[list[P], list[P], list[tuple[P, str]]]:
+    """``batch`` fitted to its members' deadlines at ``now`` (``time.monotonic()``).
+
+    Members are taken in priority order (one queued before ``aged_before`` as ``high``), then
+    arrival. The first runs unless it would miss its deadline even alone; each later one joins
+    only if the batch (``predict_s``: seconds for that many nodes) still meets every deadline in
+    it and the time the joiners add to the first member's stays within the joiner's share of the
+    batch's slack (:data:`SLACK_SHARES`).
+
+    Returns:
+        tuple: the members kept, in that order; those left out (for the next batch), in that
+        order; those to fail, each with why (``"passed"``, ``"would pass in its batch"``).
+    """
+    kept: list[P] = []
+    back: list[P] = []
+    dropped: list[tuple[P, str]] = []
+    size, tightest, first_s = 0, math.inf, 0.0
+    for p in sorted(batch, key=lambda p: (taken_rank(p, aged_before), p.enqueued_at)):
+        expires = math.inf if p.expires is None else p.expires
+        if expires < now:
+            dropped.append((p, "passed"))
+        elif not kept:
+            first_s = predict_s(p.size)
+            if now + first_s > expires:
+                dropped.append((p, "would pass in its batch"))
+            else:
+                kept.append(p)
+                size, tightest = p.size, expires
+        else:
+            limit = min(tightest, expires)
+            took = predict_s(size + p.size)
+            share = SLACK_SHARES[taken_rank(p, aged_before)]
+            if now + took <= limit and took - first_s <= share * (limit - now - first_s):
+                kept.append(p)
+                size, tightest = size + p.size, limit
+            else:
+                back.append(p)
+    return kept, back, dropped
