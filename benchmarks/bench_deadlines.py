@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import math
-import shutil
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,13 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from gnnaas.variants.manifest import EXACT_SUFFIX
-
 from common import (
     RESULTS,
     Plan,
     busy_note,
     command_line,
+    computed_only,
     load_snapshot,
     machine_info,
     make_bodies,
@@ -151,17 +149,6 @@ def outcome(result: StepResult, deadline_ms: float) -> dict[str, Any]:
         "outside_p99_ms": percentile(outside, 99),
         "client_cpu_s": result.client_cpu_s,
     }
-
-
-def computed_only(variants: Path, dataset: str, workdir: Path) -> Path:
-    """A variants folder of ``dataset``'s variants without the precomputed ones (links)."""
-    out = workdir / "deadlines-variants"
-    shutil.rmtree(out, ignore_errors=True)
-    (out / dataset).mkdir(parents=True)
-    for entry in sorted((variants / dataset).iterdir()):
-        if entry.is_dir() and not entry.name.endswith(EXACT_SUFFIX):
-            (out / dataset / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
-    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,7 @@ __all__ = [
     "add_precomputed",
     "busy_note",
     "command_line",
+    "computed_only",
     "load_snapshot",
     "machine_info",
     "make_bodies",
@@ -374,6 +376,19 @@ def prepare(plan: Plan, workdir: Path, device: str) -> tuple[Path, Path]:
         )
     say(f"prepare: done in {time.monotonic() - t0:.0f} s")
     return variants, profiles
+
+
+def computed_only(variants: Path, dataset: str, workdir: Path) -> Path:
+    """A variants folder of ``dataset``'s variants without the precomputed ones (links)."""
+    from gnnaas.variants.manifest import EXACT_SUFFIX
+
+    out = workdir / "deadlines-variants"
+    shutil.rmtree(out, ignore_errors=True)
+    (out / dataset).mkdir(parents=True)
+    for entry in sorted((variants / dataset).iterdir()):
+        if entry.is_dir() and not entry.name.endswith(EXACT_SUFFIX):
+            (out / dataset / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
+    return out
 
 
 def add_precomputed(

@@ -1,0 +1,233 @@
+"""What does refusing a request cost the server, against serving it? The bound it puts on shedding.
+
+Shedding keeps the important traffic fast only while refusing is much cheaper than serving: at an
+offered rate of ``L`` times what the server sustains, with its CPU the bottleneck, a server whose
+refusal costs ``s`` of a served answer's CPU can serve at most a share
+``f = (1 - L s) / (L (1 - s))`` of what is offered (from ``L (f + (1 - f) s) <= 1``). For issue
+29's single-node case (``L = 2``, 20 % high priority, every high request served) that needs
+``f >= 0.2``, i.e. ``s <= 0.375``.
+
+One ``gnnaas serve`` (one process, one torch thread, as ``bench_deadlines.py`` runs it) on a free
+127.0.0.1 port, single-node requests at the same tolerance, closed loop at ``--clients`` clients,
+the cases taken in turn in ``--rounds`` slices of ``--requests`` each:
+
+- **served**: the answer computed (200), without deadline or priority headers;
+- **served, with headers**: the same with ``X-Deadline-Ms: 1000`` (never binding) and
+  ``X-Priority: normal``;
+- **refused at admission**: ``X-Deadline-Ms`` shorter than any prediction (503, nothing
+  computed): the router's refusal, after the edge parsed the body and the policy predicted;
+- **refused at the edge**: an unknown ``X-Priority`` (400 before the body is read): the
+  cheapest answer the app gives, a floor for any refusal made inside the server process.
+
+Server CPU per answered request is read from ``/proc`` (user + system of every thread); the
+client runs on the same machine and its CPU is shown beside.
+
+Writes ``shed-cost.json`` and ``shed-cost.md`` (``--render JSON`` rewrites the page).
+
+Example:
+    python benchmarks/bench_shed_cost.py --dataset synth-flickr@0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from common import (
+    RESULTS,
+    Plan,
+    command_line,
+    computed_only,
+    load_snapshot,
+    machine_info,
+    make_bodies,
+    prepare,
+    proc_cpu_s,
+    render_saved,
+    save_results,
+    say,
+    serve_cmd,
+    test_nodes,
+    tree_pids,
+    utc_now,
+    wait_idle,
+)
+from loadgen import ServerProcess, StepSpec, free_port, run_closed
+
+__all__ = ["CASES", "main", "render", "served_share"]
+
+CASES: dict[str, tuple[dict[str, str], int]] = {
+    "served": ({}, 200),
+    "served, with headers": ({"X-Deadline-Ms": "1000", "X-Priority": "normal"}, 200),
+    "refused at admission": ({"X-Deadline-Ms": "0.001", "X-Priority": "normal"}, 503),
+    "refused at the edge": ({"X-Priority": "urgent"}, 400),
+}
+"""Name: (headers added to the tolerance's, the status every answer must have)."""
+
+
+def served_share(load: float, s: float) -> float:
+    """Most of the offered requests a CPU-bound server can serve at ``load`` × its sustained rate
+    when a refusal costs ``s`` of a served answer (0 when it cannot even refuse them all)."""
+    if load <= 1.0:
+        return 1.0
+    if s >= 1.0:
+        return 0.0
+    return max(0.0, (1.0 - load * s) / (load * (1.0 - s)))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(args.workdir)
+    before = load_snapshot()
+    variants, profiles = prepare(Plan(dataset=args.dataset, threads=1), workdir, "cpu")
+    variants = computed_only(variants, args.dataset, workdir)
+    bodies = make_bodies(test_nodes(args.dataset, workdir), 1, 2048, seed=3)
+    port = free_port()
+    cmd = serve_cmd(args.dataset, variants, profiles, port, "cpu")
+    base = {"X-Accuracy-Tolerance": f"{args.tolerance:g}"}
+    slices: dict[str, list[dict[str, float]]] = {name: [] for name in CASES}
+    with ServerProcess(
+        cmd, port, workdir / "shed-cost-server.log", env={"GNNAAS_TORCH_THREADS": "1"}
+    ) as server:
+        url = f"{server.base_url}/v1/datasets/{args.dataset}/predict"
+        wait_idle(server, args.dataset)
+        for r in range(args.rounds + 1):  # the first round warms up and is not kept
+            for name, (extra, status) in CASES.items():
+                spec = StepSpec(
+                    rate_rps=0.0,
+                    duration_s=60.0,
+                    max_requests=args.requests,
+                    concurrency=args.clients,
+                    seed=r,
+                )
+                pids = tree_pids(server.pid)
+                cpu0 = sum(proc_cpu_s(p) for p in pids)
+                step = asyncio.run(run_closed(url, bodies, base | extra, spec))
+                cpu1 = sum(proc_cpu_s(p) for p in pids)
+                answered = int((step.status == status).sum())
+                if answered != step.sent:
+                    raise SystemExit(
+                        f"bench_shed_cost: {name}: {step.sent - answered} of {step.sent} "
+                        f"answers were not {status}"
+                    )
+                if r == 0:
+                    continue
+                slices[name].append(
+                    {
+                        "server_cpu_ms": 1e3 * (cpu1 - cpu0) / answered,
+                        "client_cpu_ms": 1e3 * step.client_cpu_s / answered,
+                        "rate_rps": answered / step.wall_s,
+                    }
+                )
+                say(f"round {r} {name}: {slices[name][-1]}")
+    cases = {}
+    for name, rows in slices.items():
+        cases[name] = {
+            "slices": rows,
+            **{k: statistics.median(row[k] for row in rows) for k in rows[0]},
+        }
+    served = cases["served"]["server_cpu_ms"]
+    for c in cases.values():
+        c["share_of_served"] = c["server_cpu_ms"] / served
+        c["served_share_at_load"] = served_share(args.load, c["share_of_served"])
+    return {
+        "dataset": args.dataset,
+        "date": utc_now(),
+        "machine": machine_info(),
+        "load_before": before,
+        "command": command_line("bench_shed_cost.py", args.argv),
+        "tolerance": args.tolerance,
+        "clients": args.clients,
+        "requests": args.requests,
+        "rounds": args.rounds,
+        "load": args.load,
+        "high_share": args.high_share,
+        "cases": cases,
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    """``shed-cost.md`` from a run's results."""
+    m, load, high = results["machine"], results["load"], results["high_share"]
+    s_max = (1 - load * high) / (load * (1 - high))  # served_share(load, s_max) == high
+    lines = [
+        "# Refusing against serving: the CPU a shed request still costs",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}; "
+        f"client and server on the same machine. Load average before: "
+        + ", ".join(f"{x:.2f}" for x in results["load_before"]["load"])
+        + ".",
+        f"Command: `{results['command']}`",
+        "",
+        f"{results['dataset']}, single-node requests at tolerance {results['tolerance']:g}, one "
+        "server process on one torch thread without the precomputed variants (every answer "
+        f"computed), closed loop at {results['clients']} clients; the cases taken in turn, "
+        f"{results['rounds']} slices of {results['requests']:,} requests each after a warm-up "
+        "round; medians over the slices.",
+        "",
+        f"*Served share at {load:g}×*: the most of the offered requests a server whose CPU is the "
+        f"bottleneck can serve at {load:g}× its sustained rate when every other request is "
+        "refused this way: `f = (1 − L·s) / (L·(1 − s))`, `s` the refusal's CPU over a served "
+        f"answer's. Serving every high-priority request ({high:.0%} of the traffic) needs "
+        f"f ≥ {high:.2f}, i.e. s ≤ {s_max:.3f}.",
+        "",
+        "| case | server CPU ms/request | of a served answer (s) | served share at "
+        f"{load:g}× | client CPU ms/request | req/s | slices (server CPU ms) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, c in results["cases"].items():
+        refused = CASES.get(name, ({}, 200))[1] != 200
+        share = f"{c['served_share_at_load']:.2f}" if refused else "–"
+        lines.append(
+            f"| {name} | {c['server_cpu_ms']:.3f} | {c['share_of_served']:.2f} | "
+            f"{share} | {c['client_cpu_ms']:.3f} | "
+            f"{c['rate_rps']:,.0f} | "
+            + ", ".join(f"{row['server_cpu_ms']:.3f}" for row in c["slices"])
+            + " |"
+        )
+    admission, edge = (
+        results["cases"]["refused at admission"],
+        results["cases"]["refused at the edge"],
+    )
+    verdict = "enough" if admission["served_share_at_load"] >= high else "not enough"
+    lines += [
+        "",
+        f"So refusing at admission (s = {admission['share_of_served']:.2f}) leaves room to serve "
+        f"at most {admission['served_share_at_load']:.0%} of the offered requests at {load:g}×: "
+        f"{verdict} for the {high:.0%} that are high priority. A refusal made at the edge, "
+        f"before the body is read (s = {edge['share_of_served']:.2f}), would leave "
+        f"{edge['served_share_at_load']:.0%}. The client's own CPU per request (column beside) "
+        f"at {load:g}× the served rate shows what a load generator on the same cores takes "
+        "from the server.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="synth-flickr@0.2", help="(default: %(default)s)")
+    parser.add_argument("--workdir", default=".cache/bench", help="(default: %(default)s)")
+    parser.add_argument("--out", default=str(RESULTS), help="results folder")
+    parser.add_argument("--tolerance", type=float, default=2.0, help="(default: %(default)s)")
+    parser.add_argument(
+        "--clients", type=int, default=64, help="closed-loop clients (default: %(default)s)"
+    )
+    parser.add_argument("--requests", type=int, default=3000, help="per slice")
+    parser.add_argument("--rounds", type=int, default=4, help="slices per case")
+    parser.add_argument("--load", type=float, default=2.0, help="offered / sustained rate")
+    parser.add_argument("--high-share", type=float, default=0.2, help="share of high priority")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
+    args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else None
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    save_results("shed-cost", run(args), render, Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
