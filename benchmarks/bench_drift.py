@@ -16,7 +16,9 @@ The target (issue: calibrated service curves; one device-wide factor for machine
 remain): median absolute error of the router's prediction ≤ 15 % per variant over the batch
 sizes served; the curve-alone error is printed beside it. Writes ``drift.md`` and
 ``drift.json`` (full run: ``benchmarks/results/``; ``--quick``: ``<workdir>/results/``), the page
-rendered from the JSON; ``--render drift.json`` rewrites it from a saved run.
+rendered from the JSON; ``--render drift.json`` rewrites it from a saved run. ``--profile-threads 2
+--name drift-p2`` takes the profiles on two threads (a plain ``gnnaas profile`` on 2 cores) and
+writes ``drift-p2.md``: then the one-thread server is the one that re-times.
 
 Example:
     python benchmarks/bench_drift.py --datasets Cora synth-flickr@0.2
@@ -58,17 +60,19 @@ TARGET = 0.15
 
 
 def measure(args: argparse.Namespace, dataset: str, threads: int) -> dict[str, Any]:
-    """Variants, profiles and the drift record of a server of ``dataset`` on ``threads`` torch
-    threads (one other than the profiles' re-times their curves at start-up)."""
+    """Variants, profiles (taken on ``--profile-threads``) and the drift record of a server of
+    ``dataset`` on ``threads`` torch threads (on others than the profiles' it re-times their
+    curves at start-up)."""
     plan = replace(
         QUICK,
         dataset=dataset,
         epochs=args.epochs,
         profile_runs=args.profile_runs,
-        threads=1,  # profile on the server's one thread
+        threads=args.profile_threads,
     )
     workdir = Path(args.workdir)
-    variants_dir, profiles_dir = prepare(plan, workdir, args.device)
+    folder = "profiles" if args.profile_threads == 1 else f"profiles-{args.profile_threads}t"
+    variants_dir, profiles_dir = prepare(plan, workdir, args.device, folder)
     nodes = test_nodes(dataset, workdir)
     sizes = [s for s in args.sizes if s <= len(nodes)]
     port = free_port()
@@ -121,6 +125,7 @@ def measure(args: argparse.Namespace, dataset: str, threads: int) -> dict[str, A
     return {
         "dataset": dataset,
         "server_threads": threads,
+        "profile_threads": args.profile_threads,
         "retimed": sum(r["retimed"] for r in rows),
         "sizes": sizes,
         "rows": rows,
@@ -147,7 +152,8 @@ def render(results: dict[str, Any]) -> str:
         "# Service curves: predicted vs measured batch time",
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}, "
-        f"GPU {m.get('gpu') or 'none'}; profiles taken on one torch thread on the same machine "
+        f"GPU {m.get('gpu') or 'none'}; profiles taken on "
+        f"{results['args'].get('profile_threads', 1)} torch thread(s) on the same machine "
         "by the same command; servers on the threads each section names (on others than the "
         "profiles', the server re-times the curves at start-up). Load average before: "
         + ", ".join(f"{x:.2f}" for x in results["load_before"])
@@ -255,7 +261,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         nargs="+",
         default=[1, 2],
-        help="torch threads of the server, one run each (default: 1 2; the profiles use 1)",
+        help="torch threads of the server, one run each (default: 1 2)",
+    )
+    parser.add_argument(
+        "--profile-threads",
+        type=int,
+        default=1,
+        help="torch threads the profiles are taken on (default: 1; others than 1 are kept in "
+        "<workdir>/profiles-<n>t)",
+    )
+    parser.add_argument(
+        "--name", default="drift", help="results file stem: <name>.md and <name>.json"
     )
     parser.add_argument(
         "--all", action="store_true", help="every routable variant, also the dominated ones"
@@ -275,12 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {
         "machine": machine_info(),
         "load_before": list(os.getloadavg()),
-        "args": {k: v for k, v in vars(args).items() if k != "out"},
+        "args": {k: v for k, v in vars(args).items() if k not in ("out", "name")},
         "args_line": " ".join(sys.argv[1:] if argv is None else argv),
         "command": command_line("bench_drift.py", argv),
         "datasets": [measure(args, d, t) for d in args.datasets for t in args.threads],
     }
-    save_results("drift", results, render, out)
+    save_results(args.name, results, render, out)
     misses = [
         (b["dataset"], r["variant"], r["median_abs_rel_error_scaled"])
         for b in results["datasets"]
@@ -292,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = sum(len(b["rows"]) for b in results["datasets"])
     say(
         f"bench_drift: {total - len(misses)}/{total} variants within {TARGET:.0%}; "
-        f"{shown(out / 'drift.md')} in {time.monotonic() - t0:.0f} s"
+        f"{shown(out / f'{args.name}.md')} in {time.monotonic() - t0:.0f} s"
     )
     return 1 if args.check and misses else 0
 

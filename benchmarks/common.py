@@ -319,14 +319,17 @@ QUICK = Plan(
 )
 
 
-def prepare(plan: Plan, workdir: Path, device: str) -> tuple[Path, Path]:
+def prepare(
+    plan: Plan, workdir: Path, device: str, profiles_name: str = "profiles"
+) -> tuple[Path, Path]:
     """Variants and profiles of ``plan`` under ``workdir`` (reused when present).
 
     The library calls of ``gnnaas prepare`` with the plan's rankings and epochs (training every
-    ranking of the full preset takes hours on 2 cores).
+    ranking of the full preset takes hours on 2 cores). ``profiles_name`` names the profiles'
+    folder (another one keeps profiles taken under other settings, e.g. threads, beside).
 
     Returns:
-        tuple[Path, Path]: ``workdir/variants`` and ``workdir/profiles``.
+        tuple[Path, Path]: ``workdir/variants`` and ``workdir/<profiles_name>``.
     """
     from gnnaas.data import load_dataset
     from gnnaas.profiling.profiler import profile_dataset
@@ -335,7 +338,7 @@ def prepare(plan: Plan, workdir: Path, device: str) -> tuple[Path, Path]:
     from gnnaas.variants.repository import VariantRepository
     from gnnaas.variants.training import TrainConfig
 
-    variants, profiles = workdir / "variants", workdir / "profiles"
+    variants, profiles = workdir / "variants", workdir / profiles_name
     if plan.threads:  # profile as the server will run
         import torch
 
