@@ -377,3 +377,36 @@ async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
             await running
     finally:
         await core.stop()
+
+
+async def test_decisions_reuse_their_request_and_kept_stream_objects(
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+) -> None:
+    """Repeated decisions of one size and tolerance share one checked RequestSpec, a stream kept
+    on its variant one Selection; a bad tolerance is refused every time, never kept."""
+    core = Router(toy[0], Settings(warmup=False))
+    await core.start()
+    ds = core.registry.datasets["toy"]
+    try:
+        sets = core._admitted
+        assert sets.request(3, 4.5) is sets.request(3, 4.5)
+        assert sets.request(3, 4.5) == RequestSpec(3, 4.5)
+        for bad in (-1.0, math.nan):
+            for _ in range(2):
+                with pytest.raises(ValueError, match="tolerance"):
+                    core.select(ds, 3, tolerance=bad)
+        entry = sets.get(ds, 50.0)
+        stream = sorted(entry.fastest)[0]
+        kept = sets.kept(entry, stream)
+        assert kept is sets.kept(entry, stream)
+        assert (kept.variant_id, kept.considered) == (stream, entry.ids)
+        assert math.isnan(kept.predicted_ms) and kept.meets_slo is None
+        with held(toy[1][stream]) as gate:  # the stream runs on that variant: it is kept
+            running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=stream))
+            await _until(toy[1][stream].entered.is_set)
+            core._last[ds.name] = stream
+            assert core.select(ds, 1, tolerance=50.0)[1] is kept
+            gate.set()
+            await running
+    finally:
+        await core.stop()

@@ -42,6 +42,7 @@ class AdmittedSet(NamedTuple):
     computed_ids: tuple[str, ...]  # their variant ids, in that order
     idle: dict[int, Selection]  # the choice for n nodes when no lane has work (speed 1)
     service: dict[int, list[float]]  # the admitted's profiled times for a stream of n nodes
+    kept: dict[str, Selection]  # the choice of a stream kept on a variant (no load read)
 
 
 class AdmittedSets:
@@ -56,6 +57,7 @@ class AdmittedSets:
     def __init__(self, max_batch_nodes: int | None, tie_margin: float) -> None:
         self.max_batch_nodes = max_batch_nodes
         self.tie_margin = tie_margin
+        self._requests: dict[tuple[int, float | None], RequestSpec] = {}
         self._sets: dict[tuple[str, float], AdmittedSet] = {}
 
     def __len__(self) -> int:
@@ -84,8 +86,31 @@ class AdmittedSets:
             tuple(c.variant_id for c in computed),
             {},
             {},
+            {},
         )
         return entry
+
+    def request(self, num_nodes: int, tolerance: float | None) -> RequestSpec:
+        """The :class:`RequestSpec` of a request without SLO or deadline, kept per (size,
+        tolerance): every decision needs one and clients repeat both (building and checking one
+        is a measurable part of a decision)."""
+        key = (num_nodes, tolerance)
+        hit = self._requests.get(key)
+        if hit is None:
+            if len(self._requests) >= _SIZES_KEPT:
+                self._requests.clear()
+            hit = self._requests[key] = RequestSpec(num_nodes, tolerance)
+        return hit
+
+    def kept(self, entry: AdmittedSet, variant_id: str) -> Selection:
+        """The selection of a request that keeps the stream on ``variant_id`` (nothing
+        predicted: :func:`~gnnaas.serving.core.policy.choice_without_load`)."""
+        hit = entry.kept.get(variant_id)
+        if hit is None:
+            hit = entry.kept[variant_id] = Selection(
+                variant_id, math.nan, math.nan, None, entry.ids
+            )
+        return hit
 
     def idle_choice(self, entry: AdmittedSet, num_nodes: int, speed: float) -> Selection:
         """:func:`~gnnaas.serving.core.policy.select_admitted` on an idle device (nothing

@@ -41,7 +41,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -426,7 +425,11 @@ class Router:
                     f"known variants: {known}"
                 )
             return variant, None
-        request = RequestSpec(num_nodes, tolerance, slo_ms, deadline_ms)
+        request = (
+            self._admitted.request(num_nodes, tolerance)
+            if slo_ms is None and deadline_ms is None
+            else RequestSpec(num_nodes, tolerance, slo_ms, deadline_ms)
+        )
         entry = self._admitted.get(dataset, request.effective_tolerance)
         # Every request runs this: a choice that no load can change reads none.
         keep = choice_without_load(
@@ -437,7 +440,7 @@ class Router:
             lambda v: self._busy_with_room(dataset, v, num_nodes),
         )
         if keep is not None:
-            selection = Selection(keep, math.nan, math.nan, None, entry.ids)
+            selection = self._admitted.kept(entry, keep)
         elif request.target_ms is None and not self._draining and not self._any_busy():
             selection = self._admitted.idle_choice(entry, num_nodes, self.speed.factor)
         else:
