@@ -85,7 +85,12 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         variants_dir=args.variants_dir, profiles_dir=args.profiles_dir, datasets=[args.dataset]
     )
     ds = VariantRegistry.load(settings).get(args.dataset)
-    assert ds is not None
+    if ds is None or args.variant not in ds.variants:
+        known = ", ".join(sorted(ds.variants)) if ds is not None else "none"
+        raise SystemExit(
+            f"bench_idle: no profiled variant {args.variant!r} of {args.dataset} (known: {known}); "
+            "the default one is in the default plan (bench_policy.py makes it), or pass --variant"
+        )
     handler = default_executor_factory(torch.device("cpu"))(ds, ds.variants[args.variant])
     worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gnnaas-batch")
     gen = torch.Generator().manual_seed(0)
