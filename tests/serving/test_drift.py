@@ -8,6 +8,51 @@ from serving_fakes import FakeModel
 
 from gnnaas.serving import Router, Settings, VariantRegistry
 from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.serving.core.lane import Speed
+
+
+def _serve(speed: Speed, ratios: dict[int, float], rounds: int, lookup: bool = False) -> None:
+    """Batches of each size in turn, 5 in a row, each ``ratios[size]`` times its curve."""
+    for _ in range(rounds):
+        for nodes, ratio in ratios.items():
+            for _ in range(5):
+                speed.observe(ratio * 2.0, 2.0, nodes, lookup)
+
+
+def test_speed_learns_a_factor_per_batch_size() -> None:
+    """Large batches 1.5x their curve and small ones as profiled, served in turn (a 2-thread
+    server off its curve's regime): one factor would swing between them; each size is predicted
+    at its own, and the machine's factor is their geometric mean."""
+    speed = Speed(alpha=0.2)
+    assert speed.at(1) == speed.at(4096) == speed.factor == 1.0
+    _serve(speed, {16: 1.0, 256: 1.5}, rounds=40)
+    assert speed.at(16) == pytest.approx(1.0, rel=0.03)
+    assert speed.at(256) == pytest.approx(1.5, rel=0.03)
+    assert speed.at(200) == speed.at(256) and speed.at(8) == speed.at(16)  # same buckets
+    assert speed.factor == pytest.approx(1.5**0.5, rel=0.03)
+    assert speed.at(1024) == speed.factor  # a size never served: the machine's factor
+    # The machine slows down 2x, seen on small batches only: large ones are predicted slower too.
+    _serve(speed, {16: 2.0}, rounds=6)
+    assert speed.at(16) == pytest.approx(2.0, rel=0.05)
+    assert speed.at(256) > 1.5 * 1.6
+    speed.reset(0.5)
+    assert speed.at(16) == speed.at(256) == speed.factor == 0.5
+
+
+def test_speed_of_lookups_is_their_own() -> None:
+    """A precomputed variant's lookups (Python work, not compute) keep their own shape and do
+    not move the machine's factor."""
+    speed = Speed(alpha=0.2)
+    _serve(speed, {64: 0.7}, rounds=10)
+    factor = speed.factor
+    _serve(speed, {64: 1.1}, rounds=10, lookup=True)
+    assert speed.factor == factor
+    assert speed.at(64) == pytest.approx(0.7, rel=0.03)
+    assert speed.at(64, lookup=True) == pytest.approx(1.1, rel=0.03)
+    speed.observe(3.0, 0.0, 64)  # no profiled time: nothing to learn
+    assert speed.factor == factor
+    speed.observe(1e6, 1.0, 64)  # a stalled batch counts at most 20x its curve
+    assert 1.0 < speed.at(64) < 20.0
 
 
 def test_empty_record() -> None:
@@ -89,7 +134,7 @@ async def test_lane_records_served_batches_and_metrics_show_them(
         # before the batch, so the first batch of a fresh router was predicted at 1.0.
         factors = [s.factor for s in lane.drift.samples()]
         assert factors[0] == 1.0 and factors[1:] != [1.0, 1.0]
-        assert lane.speed.factor not in factors  # the last batch moved it again
+        assert lane.speed_at(32) not in factors  # the last batch moved it again
         assert router.lane("toy", "sage-full-1x").drift_summary()["count"] == 0
         text = router.metrics.render().decode()
     finally:

@@ -605,13 +605,18 @@ def test_dominated_needs_admissible_accurate_and_faster_everywhere() -> None:
             )
 
 
-def test_equal_candidates_keep_the_first_and_lookups_dominate_nothing() -> None:
+def test_equal_candidates_keep_the_first_and_lookups_neither_dominate_nor_are_dominated() -> None:
     curve = ServiceCurve((1, 64), (1.0, 4.0))
     a = Candidate("a", 80.0, curve)
     b = Candidate("b", 80.0, curve)
     assert policy.dominated([a, b]) == {"b": "a"}
     lookup = Candidate("a@exact", 80.0, curve.scaled(0.1))
     assert policy.dominated([a, lookup], lookups=frozenset({"a@exact"})) == {}
+    # A lookup's speed is learned apart from the computed ones': a faster curve does not
+    # dominate it either.
+    slow_lookup = Candidate("b@exact", 79.0, curve.scaled(2.0))
+    assert policy.dominated([a, slow_lookup], lookups=frozenset({"b@exact"})) == {}
+    assert policy.dominated([a, slow_lookup]) == {"b@exact": "a"}
     assert policy.dominated([a]) == {}
 
 

@@ -63,7 +63,7 @@ async def test_load_snapshot_is_measured_from_the_queues(
 
     def record(stats: object) -> None:
         update(stats)  # type: ignore[arg-type]
-        scales.append(lane.scale)
+        scales.append(lane.speed_at(1))
 
     lane.batcher._on_batch = record
     with held(model) as gate:
@@ -100,7 +100,28 @@ async def test_load_snapshot_is_measured_from_the_queues(
     # The held batch was far slower than profiled: the measured factor went up after it
     # (the unheld batches that follow may pull it back down).
     assert len(scales) == 4 and scales[0] > 1.0
-    assert lane.scale == router.speed.factor  # one measured speed per device
+    assert lane.speed_at(1) == router.speed.at(1)  # one measured speed per device
+
+
+async def test_decisions_predict_at_the_device_speed_of_their_batch_size(router: Router) -> None:
+    """Batches of 4 nodes measured 3x their curve and single nodes as profiled: an idle
+    decision and one under load predict each at its own batch size's speed."""
+    ds = router.registry.datasets["toy"]
+    for _ in range(60):
+        router.speed.observe(1.0, 1.0, 1)
+        router.speed.observe(3.0, 1.0, 4)
+    small, large = router.speed.at(1), router.speed.at(4)
+    assert small == pytest.approx(1.0, rel=0.1) and large == pytest.approx(3.0, rel=0.1)
+    for nodes, speed in ((1, small), (4, large), (9, large)):  # 9: batches of at most 4
+        variant, sel = router.select(ds, nodes, tolerance=50)
+        assert sel is not None and variant.profile is not None
+        curve = variant.profile.service.predict_batched(nodes, 4)
+        assert sel.predicted_ms == pytest.approx(speed * curve)
+        snap = router.load_snapshot(ds, [variant.variant_id], num_nodes=nodes)
+        assert snap.speed == speed
+        assert snap.completion_ms(variant.variant_id, variant.profile.service, nodes) == (
+            pytest.approx(speed * curve)
+        )
 
 
 async def test_stop_drains_in_flight_requests(
@@ -166,11 +187,11 @@ async def test_backlog_moves_traffic_to_a_faster_variant(
         with held(blocker) as gate:
             backlog = await _backlog(core, ds, blocker)
             # 200 waiting nodes: 1x would serve them and the new one in 16.6 ms, 2x in 10.0 ms.
-            core.speed.factor = 1.0
+            core.speed.reset(1.0)
             assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-lasso-2x"
             gate.set()
             await asyncio.gather(*backlog)
-        core.speed.factor = 1.0
+        core.speed.reset(1.0)
         assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
     finally:
         await core.stop()
@@ -289,7 +310,7 @@ async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
         picks = {}
         for tol in (0.0, 1.5, 4.5, 50.0):
             for nodes in (1, 3, 64, 300):
-                core.speed.factor = speed
+                core.speed.reset(speed)
                 sel = core.select(ds, nodes, tolerance=tol)[1]
                 assert sel is not None
                 core._last.pop(ds.name, None)

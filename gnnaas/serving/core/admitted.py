@@ -10,7 +10,7 @@ per stream size (every request reads these; docs/architecture.md §5).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gnnaas.serving.core.policy import (
     Candidate,
@@ -22,6 +22,9 @@ from gnnaas.serving.core.policy import (
     select_admitted,
 )
 from gnnaas.serving.core.registry import ServedDataset
+
+if TYPE_CHECKING:
+    from gnnaas.serving.core.lane import Speed
 
 __all__ = ["AdmittedSet", "AdmittedSets"]
 
@@ -40,7 +43,8 @@ class AdmittedSet(NamedTuple):
     fastest: frozenset[str]  # policy.fastest_everywhere(admitted)
     computed: tuple[Candidate, ...]  # admitted minus precomputed variants (for stale nodes)
     computed_ids: tuple[str, ...]  # their variant ids, in that order
-    idle: dict[int, Selection]  # the choice for n nodes when no lane has work (speed 1)
+    # the choice for n nodes when no lane has work (speed 1), its batch size, whether a lookup
+    idle: dict[int, tuple[Selection, int, bool]]
     service: dict[int, list[float]]  # the admitted's profiled times for a stream of n nodes
     kept: dict[str, Selection]  # the choice of a stream kept on a variant (no load read)
 
@@ -112,21 +116,28 @@ class AdmittedSets:
             )
         return hit
 
-    def idle_choice(self, entry: AdmittedSet, num_nodes: int, speed: float) -> Selection:
+    def idle_choice(
+        self, entry: AdmittedSet, num_nodes: int, speed: Speed, lookups: frozenset[str]
+    ) -> Selection:
         """:func:`~gnnaas.serving.core.policy.select_admitted` on an idle device (nothing
-        queued or running anywhere): the predicted times are the device's ``speed`` times the
-        curves at ``num_nodes``, whose order the speed does not change, so the choice is
-        computed once per request size."""
-        hit = entry.idle.get(num_nodes)
-        if hit is None:
+        queued or running anywhere): the predicted times are the curves at ``num_nodes`` times
+        the device's ``speed`` at that size, one factor for every computed variant, whose order
+        it does not change, so the choice is computed once per request size. A precomputed
+        variant (in ``lookups``) is predicted at a lookup's speed; the choice compares it as
+        profiled (a lookup's time is a fraction of a computed batch's)."""
+        kept = entry.idle.get(num_nodes)
+        if kept is None:
             if len(entry.idle) >= _SIZES_KEPT:
                 entry.idle.clear()
             spec = RequestSpec(num_nodes, math.inf)
             snapshot = LoadSnapshot(max_batch_nodes=self.max_batch_nodes)
-            hit = entry.idle[num_nodes] = select_admitted(
-                spec, entry.admitted, snapshot, tie_margin=self.tie_margin
-            )
-        return Selection(hit.variant_id, hit.predicted_ms * speed, 0.0, None, entry.ids)
+            hit = select_admitted(spec, entry.admitted, snapshot, tie_margin=self.tie_margin)
+            cap = self.max_batch_nodes
+            size = num_nodes if cap is None else min(num_nodes, cap)
+            kept = entry.idle[num_nodes] = (hit, size, hit.variant_id in lookups)
+        hit, size, lookup = kept
+        factor = speed.at(size, lookup)
+        return Selection(hit.variant_id, hit.predicted_ms * factor, 0.0, None, entry.ids)
 
     def service_ms(self, entry: AdmittedSet, stream_nodes: int) -> list[float]:
         """The admitted variants' profiled times for a stream of ``stream_nodes`` nodes, kept

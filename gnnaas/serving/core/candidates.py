@@ -244,12 +244,13 @@ def dominated(
     ``a`` dominates ``b`` when ``a`` is admissible whenever ``b`` is (its smallest admitting
     tolerance, :func:`admitting_tolerances`, is not larger), is at least as accurate, and its
     service curve is at most ``b``'s at every batch size (and below somewhere, or, on equal
-    curves, ``a`` comes first in ``candidates``). Candidates of a dataset share the device's
-    speed factor and the work ahead, so under any load ``b``'s predicted completion is never
-    smaller than ``a``'s: :func:`select_variant` would pick ``b`` only on a tie that the more
-    accurate or earlier ``a`` also wins, or when ``a``'s queue is full. The most accurate
-    candidate the paired differences are taken against is never dominated, and ``lookups`` (the
-    precomputed variants, which cannot answer nodes a write made stale) dominate nothing.
+    curves, ``a`` comes first in ``candidates``). Computed candidates of a dataset share the
+    device's speed at each batch size and the work ahead, so under any load ``b``'s predicted
+    completion is never smaller than ``a``'s: :func:`select_variant` would pick ``b`` only on a
+    tie that the more accurate or earlier ``a`` also wins, or when ``a``'s queue is full. The
+    most accurate candidate the paired differences are taken against is never dominated, and
+    ``lookups`` (the precomputed variants, which cannot answer nodes a write made stale, and
+    whose speed is learned apart) neither dominate nor are dominated.
 
     Args:
         candidates (Sequence[Candidate]): a dataset's routable variants.
@@ -273,7 +274,7 @@ def dominated(
     protected = {c.paired.best_variant for c in candidates if c.paired is not None}
     out: dict[str, str] = {}
     for j, b in enumerate(candidates):
-        if b.variant_id in protected:
+        if b.variant_id in protected or b.variant_id in lookups:
             continue
         for i, a in enumerate(candidates):
             if i == j or a.variant_id in lookups or a.variant_id in out:
@@ -292,8 +293,10 @@ def dominated(
 def fastest_everywhere(admitted: Sequence[Candidate]) -> frozenset[str]:
     """The candidates whose service curve is at most every other's at every batch size.
 
-    Candidates of one dataset share the device (one speed factor) and the work ahead, so such a
-    candidate has the smallest predicted completion for any stream and request size.
+    Computed candidates of one dataset share the device (its speed at each batch size) and the
+    work ahead, so such a candidate has the smallest predicted completion for any stream and
+    request size (a precomputed one is compared as profiled: a lookup's time is a fraction of a
+    computed batch's).
     """
     out = set()
     for c in admitted:

@@ -13,11 +13,13 @@ be right for small batches and wrong for large ones.
 
 Two predictions are kept per batch: the curve alone (``predicted_ms``), which shows whether the
 profile is right for this variant and size, and the router's prediction (``predicted_ms`` × the
-device's one measured speed factor in force while the batch ran, before the batch itself is
-folded into it; docs/architecture.md §5: one device-wide factor for machine load). The router chose
-the batch's requests with the factor of their arrival, which differs from it by at most the
-batches that finished in between. A VM whose speed moved between the profiling minute
-and this one moves every curve alike; the factor removes that, not a curve of the wrong shape.
+device's measured speed at the batch's size in force while the batch ran, before the batch itself
+is folded into it: :class:`~gnnaas.serving.core.lane.Speed`, the machine's factor times a shape
+per batch-size bucket; docs/architecture.md §5). The router chose the batch's requests with the
+speed of their arrival, which differs from it by at most the batches that finished in between. A
+VM whose speed moved between the profiling minute and this one moves every curve alike, and a
+regime that moves every variant's large batches alike moves that bucket's shape; the speed
+removes those, not one variant's curve of the wrong shape.
 
 Example:
     >>> record = DriftRecord(maxlen=8)
@@ -53,7 +55,7 @@ class DriftSample:
         batch_nodes (int): target nodes in the batch.
         predicted_ms (float): the profiled curve's time for it (no load factor applied).
         measured_ms (float): the handler's wall time.
-        factor (float, optional): the device's speed factor in force while the batch ran (the
+        factor (float, optional): the device's speed at the batch's size in force while it ran (the
             router's prediction is ``factor * predicted_ms``). (default: ``1.0``)
     """
 
@@ -153,7 +155,7 @@ class DriftRecord:
             dict: ``count`` (kept batches), ``total`` (batches ever recorded),
             ``median_abs_rel_error``, ``median_rel_error`` (the curve alone),
             ``median_abs_rel_error_scaled``, ``median_rel_error_scaled`` (the router's
-            prediction: the curve times the device factor), ``factor_median``,
+            prediction: the curve times the device's speed at its size), ``factor_median``,
             ``predicted_ms_median``,
             ``measured_ms_median``, ``jitter`` (the median deviation of a batch's measured time
             from the median of batches of the same size: how far even a perfect curve would

@@ -2,8 +2,8 @@
 
 The router (:mod:`gnnaas.serving.core.router`) keeps one :class:`Lane` per served variant; a lane
 turns the variant's profiled service curve into the predictions the router and the batcher read
-(its running batch's time left, its queue's time), scaled by the one :class:`Speed` of the
-device, and records each batch's predicted against measured time (:attr:`Lane.drift`).
+(its running batch's time left, its queue's time), scaled by the :class:`Speed` of the device
+at the batch's size, and records each batch's predicted against measured time (:attr:`Lane.drift`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ ExecutorFactory = Callable[
 """Builds the blocking batch handler of one variant (default: :class:`Executor`)."""
 
 _SCALE_BOUNDS = (0.1, 20.0)
+_SIZE_BUCKETS = 6  # batch sizes around 1, 4, 16, 64, 256 and 1,024 nodes and more
+
+
+def _bucket(nodes: int) -> int:
+    """The size bucket of a batch of ``nodes`` nodes: the nearest power of 4 (2 to 7 nodes go
+    with 4, 8 to 31 with 16, ...), the last bucket taking every size from 512 on."""
+    return min(max(nodes, 1).bit_length() // 2, _SIZE_BUCKETS - 1)
 
 
 def default_executor_factory(
@@ -72,35 +79,79 @@ def default_executor_factory(
 
 
 class Speed:
-    """Measured speed of a device: an EWMA of observed / profiled batch time (1.0 = as profiled).
+    """Measured speed of a device: observed / profiled batch time (1.0 = as profiled).
+
+    :attr:`factor` is the machine's: how much slower (or faster) than profiled this device runs
+    now, moved by every computed batch. :meth:`at` is the factor for one batch: :attr:`factor`
+    times a *shape* learned per batch-size bucket (around the profiled sizes 1, 4, 16, 64, 256
+    and 1,024 nodes: powers of 4) and kind (a computed batch, or a precomputed variant's table
+    lookup). A curve timed in one regime and served in another is off by a factor that depends
+    on the batch size, which one factor cannot follow (``benchmarks/results/drift.md``: on a
+    2-core VM, a server on 2 torch threads serving one request at a time runs its large batches
+    well over their curve timed back-to-back, its small ones close to it); and a lookup costs
+    Python work where a computed batch costs compute, so their ratios to the profile move apart.
+    Each computed batch moves :attr:`factor` by ``alpha`` of its ratio over its bucket's shape,
+    and its bucket's shape by ``alpha / 4`` of its ratio over the factor: a change seen in one
+    bucket is taken mostly as the machine's (it moves every bucket), a lasting difference between
+    buckets becomes their shapes. The computed shapes are kept at a geometric mean of 1 over the
+    buckets that saw batches, so :attr:`factor` stays the machine's (what an unseen bucket is
+    predicted with, and with one size served the one factor of before). A lookup moves only its
+    own bucket's shape, by ``alpha``.
 
     Args:
-        alpha (float): weight of the newest batch.
+        alpha (float): weight of the newest batch in :attr:`factor`.
     """
 
     def __init__(self, alpha: float) -> None:
         self.alpha = alpha
-        self.factor = 1.0
+        self.shape_alpha = alpha / 4
+        self.reset()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(factor={self.factor:.3f})"
 
-    def observe(self, duration_ms: float, predicted_ms: float) -> None:
-        """Folds one batch that took ``duration_ms`` against a profiled ``predicted_ms``."""
+    def reset(self, factor: float = 1.0) -> None:
+        """Forgets what was measured: every batch is predicted at ``factor`` times its curve."""
+        self.factor = factor
+        self._shapes = ([1.0] * _SIZE_BUCKETS, [1.0] * _SIZE_BUCKETS)  # computed, lookup
+        self._seen: tuple[set[int], set[int]] = (set(), set())  # buckets that saw a batch
+
+    def at(self, nodes: int, lookup: bool = False) -> float:
+        """The factor a batch of ``nodes`` nodes is predicted with (``lookup``: a precomputed
+        variant's)."""
+        bucket = nodes.bit_length() >> 1  # _bucket, inlined: every decision reads this
+        return self.factor * self._shapes[lookup][bucket if bucket < _SIZE_BUCKETS else -1]
+
+    def observe(
+        self, duration_ms: float, predicted_ms: float, nodes: int = 1, lookup: bool = False
+    ) -> None:
+        """Folds one batch of ``nodes`` nodes that took ``duration_ms`` against a profiled
+        ``predicted_ms`` (``lookup``: a precomputed variant's)."""
         if predicted_ms <= 0:
             return
         ratio = min(max(duration_ms / predicted_ms, _SCALE_BOUNDS[0]), _SCALE_BOUNDS[1])
-        self.factor += self.alpha * (ratio - self.factor)
+        b, shape = _bucket(nodes), self._shapes[lookup]
+        self._seen[lookup].add(b)
+        if lookup:
+            shape[b] += self.alpha * (ratio / self.factor - shape[b])
+            return
+        self.factor += self.alpha * (ratio / shape[b] - self.factor)
+        shape[b] += self.shape_alpha * (ratio / self.factor - shape[b])
+        seen = self._seen[False]
+        mean = math.prod(shape[i] for i in seen) ** (1.0 / len(seen))
+        for i in seen:  # the machine's factor is the seen buckets' geometric mean
+            shape[i] /= mean
 
 
 class Lane:
     """One variant's executor and batcher, with the device's measured speed.
 
     Every served batch is also recorded as (batch nodes, time predicted by the variant's
-    unscaled profiled curve, measured time, the device factor in force while it ran) in
+    unscaled profiled curve, measured time, the device's speed at its size in force while it
+    ran) in
     :attr:`drift` (a
     :class:`~gnnaas.serving.core.drift.DriftRecord`, published by ``/metrics``), so a curve that is
-    wrong for this variant or batch size shows, whatever the device-wide :class:`Speed` factor.
+    wrong for this variant or batch size shows, whatever the device's :class:`Speed`.
     """
 
     def __init__(
@@ -118,6 +169,7 @@ class Lane:
         self.variant = variant
         self.handler = handler
         self.speed = speed
+        self.lookup = variant.answers is not None  # a precomputed variant: its own speed shape
         self._metrics = metrics
         self.drift = DriftRecord()  # published by the router when the lane goes live
         self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
@@ -139,12 +191,12 @@ class Lane:
         profile = self.variant.profile
         if profile is None:
             return 0.0
-        return self.speed.factor * profile.service.predict(nodes) / 1e3
+        return self.speed.at(nodes, self.lookup) * profile.service.predict(nodes) / 1e3
 
-    @property
-    def scale(self) -> float:
-        """The measured observed / profiled time factor of this lane's device."""
-        return self.speed.factor
+    def speed_at(self, nodes: int) -> float:
+        """The measured observed / profiled time factor of a batch of ``nodes`` on this lane
+        (its device's :meth:`Speed.at`)."""
+        return self.speed.at(nodes, self.lookup)
 
     def _on_batch(self, stats: BatchStats) -> None:
         self._metrics.batch(
@@ -163,8 +215,9 @@ class Lane:
         # and from the thread is the router's overhead, not the variant's.
         measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
         measured_ms = measured_s * 1e3
-        factor = self.speed.factor  # in force while the batch ran (this batch not yet folded in)
-        self.speed.observe(measured_ms, predicted_ms)
+        # in force while the batch ran (this batch not yet folded in)
+        factor = self.speed.at(nodes, self.lookup)
+        self.speed.observe(measured_ms, predicted_ms, nodes, self.lookup)
         self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms, factor=factor)
         self._metrics.batch_time(
             self.dataset.name,
@@ -188,7 +241,8 @@ class Lane:
         profile, since = self.variant.profile, self.batcher.in_flight_since
         if profile is None or since is None:
             return 0.0
-        expected = self.scale * profile.service.predict(self.batcher.in_flight_nodes)
+        nodes = self.batcher.in_flight_nodes
+        expected = self.speed_at(nodes) * profile.service.predict(nodes)
         return max(expected - (now - since) * 1e3, 0.0)
 
     def queued_ms(self) -> float:
@@ -197,7 +251,8 @@ class Lane:
         if profile is None:
             return 0.0
         b = self.batcher
-        return self.scale * profile.service.predict_batched(b.queued_nodes, b.max_batch_size)
+        nodes, cap = b.queued_nodes, b.max_batch_size
+        return self.speed_at(min(nodes, cap)) * profile.service.predict_batched(nodes, cap)
 
 
 async def build_lanes(

@@ -31,7 +31,8 @@ The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its 
 curve, no load factor) and measured batch time; ``gnnaas_batch_time_rel_error`` is the median
 relative error ``measured / predicted - 1`` (signed, and absolute) over the variant's recent
 batches (:class:`~gnnaas.serving.core.drift.DriftRecord`), read at scrape time; the ``*_scaled``
-stats are the same against the router's prediction (the curve times the device's speed factor).
+stats are the same against the router's prediction (the curve times the device's speed at the
+batch's size).
 
 Several worker processes (``gnnaas serve --workers N``) share prometheus-client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR`` set before the process starts): counters and histograms are summed

@@ -175,8 +175,9 @@ class LoadSnapshot:
             several batches. (default: ``None``: one batch of any size)
         current (str, optional): the variant the dataset's stream is on (its last routed
             request), kept among near-ties while the device is busy. (default: ``None``)
-        speed (float, optional): the device's measured speed factor, the load of every variant
-            ``variants`` does not list (an idle one). (default: ``1.0``)
+        speed (float, optional): the device's measured speed at the size of the batch decided
+            on, the load of every variant ``variants`` does not list (an idle computed one).
+            (default: ``1.0``)
     """
 
     ahead_ms: float = 0.0

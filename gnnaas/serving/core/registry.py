@@ -153,6 +153,7 @@ class ServedDataset:
     live: LiveState | None = None
     dominated_by: dict[str, str] = field(default_factory=dict)
     routable_candidates: tuple[Candidate, ...] = ()
+    precomputed: frozenset[str] = field(default=frozenset(), init=False)  # answered by lookup
     _samplers: dict[tuple[int, ...], Sampler] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -168,6 +169,7 @@ class ServedDataset:
             if v.routable and v.profile is not None
         ]
         lookups = frozenset(v.variant_id for v in self.variants.values() if v.answers is not None)
+        self.precomputed = lookups
         self.routable_candidates = tuple(routable)
         self.dominated_by = dominated(routable, lookups=lookups)
         self.candidates = tuple(c for c in routable if c.variant_id not in self.dominated_by)

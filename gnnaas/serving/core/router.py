@@ -282,6 +282,7 @@ class Router:
         dataset: ServedDataset,
         variant_ids: Iterable[str] | None = None,
         priority: str = "low",
+        num_nodes: int = 0,
     ) -> LoadSnapshot:
         """The load of ``dataset``'s variants, measured now: one frozen object per decision.
 
@@ -301,6 +302,9 @@ class Router:
             priority (str, optional): the dataset's queued nodes counted are those a request
                 of this priority waits behind (its own and higher priorities), and the room
                 is its own (:meth:`Batcher.room_with_eviction`). (default: ``"low"``: all)
+            num_nodes (int, optional): the nodes of the request decided on: the speeds are the
+                device's at the size of the batch the stream and the request make
+                (:meth:`Speed.at`). (default: ``0``)
         """
         now = time.monotonic()
         ahead, waiting, running = 0.0, 0, 0
@@ -323,17 +327,21 @@ class Router:
                 busy[lane.variant.variant_id] = lane
             elif b.queued_nodes:
                 ahead += lane.queued_ms()
+        # The size of the batch the stream and the request make: the device's speed there.
+        size = min(max(waiting, running) + num_nodes, self.settings.max_batch_nodes)
         loads = {}
         if variant_ids is not None:
             for v in variant_ids:
                 own = busy.get(v)
-                if own is not None:  # an idle variant's load is the snapshot's default
+                if own is not None:  # an idle computed variant's load is the snapshot's default
                     b = own.batcher
                     loads[v] = VariantLoad(
                         queued_nodes=b.queued_nodes,
-                        speed=own.scale,
+                        speed=own.speed_at(size),
                         room_nodes=b.room_with_eviction(priority),
                     )
+                elif v in dataset.precomputed:  # idle, at a lookup's speed
+                    loads[v] = VariantLoad(speed=self.speed.at(size, lookup=True))
         base = LoadSnapshot.measured(
             ahead / self.settings.max_concurrent_batches,
             waiting,
@@ -341,7 +349,7 @@ class Router:
             loads if variant_ids is not None else {},  # the full snapshot's loads come below
             self.settings.max_batch_nodes,
             self._last.get(dataset.name),
-            self.speed.factor,
+            self.speed.at(size),
         )
         if variant_ids is not None:
             return base
@@ -349,7 +357,7 @@ class Router:
             own = self._lanes.get((dataset.name, v))
             if own is None:
                 continue
-            profile, speed = variant.profile, own.scale
+            profile, speed = variant.profile, own.speed_at(size)
             loads[v] = VariantLoad(
                 # the policy's own prediction, with no new nodes
                 wait_ms=0.0 if profile is None else base.completion_at(profile.service, 0, speed),
@@ -442,9 +450,11 @@ class Router:
         if keep is not None:
             selection = self._admitted.kept(entry, keep)
         elif request.target_ms is None and not self._draining and not self._any_busy():
-            selection = self._admitted.idle_choice(entry, num_nodes, self.speed.factor)
+            selection = self._admitted.idle_choice(
+                entry, num_nodes, self.speed, dataset.precomputed
+            )
         else:
-            snapshot = self.load_snapshot(dataset, entry.ids, priority)
+            snapshot = self.load_snapshot(dataset, entry.ids, priority, num_nodes)
             selection = select_timed(
                 request,
                 entry.admitted,
@@ -466,7 +476,7 @@ class Router:
                 selection = select_admitted(
                     request,
                     entry.computed,
-                    self.load_snapshot(dataset, entry.computed_ids, priority),
+                    self.load_snapshot(dataset, entry.computed_ids, priority, num_nodes),
                     tie_margin=self.settings.tie_margin,
                 )
                 variant = dataset.variants[selection.variant_id]
@@ -529,8 +539,12 @@ class Router:
                     deadline_ms,
                     left_ms,
                     priority,
-                    load=lambda: self.load_snapshot(dataset, [variant.variant_id], priority),
-                    speed=self.speed.factor,
+                    load=lambda: self.load_snapshot(
+                        dataset, [variant.variant_id], priority, num_nodes
+                    ),
+                    speed=self.speed.at(
+                        min(num_nodes, self.settings.max_batch_nodes), variant.answers is not None
+                    ),
                     max_batch_nodes=self.settings.max_batch_nodes,
                     retry_after_s=self.settings.retry_after_s,
                 )
