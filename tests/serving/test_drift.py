@@ -50,9 +50,19 @@ def test_speed_of_lookups_is_their_own() -> None:
     assert speed.at(64) == pytest.approx(0.7, rel=0.03)
     assert speed.at(64, lookup=True) == pytest.approx(1.1, rel=0.03)
     speed.observe(3.0, 0.0, 64)  # no profiled time: nothing to learn
+    speed.observe(float("nan"), 1.0, 64)
     assert speed.factor == factor
-    speed.observe(1e6, 1.0, 64)  # a stalled batch counts at most 20x its curve
-    assert 1.0 < speed.at(64) < 20.0
+
+
+def test_speed_shrugs_off_one_stalled_batch_and_follows_a_lasting_change() -> None:
+    speed = Speed(alpha=0.2)
+    _serve(speed, {64: 1.0}, rounds=4)
+    speed.observe(1e6, 1.0, 64)  # one batch stalled (a page fault, a descheduled thread)
+    assert 1.0 < speed.at(64) < 1.1
+    speed.observe(0.0, 1.0, 64)
+    assert speed.at(64) == pytest.approx(1.0, rel=0.01)
+    _serve(speed, {64: 2.0}, rounds=6)  # the machine is twice as slow from now on
+    assert speed.at(64) == pytest.approx(2.0, rel=0.05)
 
 
 def test_empty_record() -> None:

@@ -41,7 +41,8 @@ ExecutorFactory = Callable[
 ]
 """Builds the blocking batch handler of one variant (default: :class:`Executor`)."""
 
-_SCALE_BOUNDS = (0.1, 20.0)
+_BOUNDS = (0.1, 20.0)  # the machine's factor stays within these
+_MAX_ERROR = 0.25  # one batch's log error against its prediction counts at most this much
 _SIZE_BUCKETS = 6  # batch sizes around 1, 4, 16, 64, 256 and 1,024 nodes and more
 
 
@@ -90,13 +91,16 @@ class Speed:
     2-core VM, a server on 2 torch threads serving one request at a time runs its large batches
     well over their curve timed back-to-back, its small ones close to it); and a lookup costs
     Python work where a computed batch costs compute, so their ratios to the profile move apart.
-    Each computed batch moves :attr:`factor` by ``alpha`` of its ratio over its bucket's shape,
-    and its bucket's shape by ``alpha / 4`` of its ratio over the factor: a change seen in one
-    bucket is taken mostly as the machine's (it moves every bucket), a lasting difference between
-    buckets becomes their shapes. The computed shapes are kept at a geometric mean of 1 over the
-    buckets that saw batches, so :attr:`factor` stays the machine's (what an unseen bucket is
-    predicted with, and with one size served the one factor of before). A lookup moves only its
-    own bucket's shape, by ``alpha``.
+    Each batch's error against its prediction, ``log(ratio / at(nodes))`` (the ratio of its
+    measured time to its curve's), is clipped to ``±0.25`` (about ±28%), so one stalled or
+    interrupted batch moves the speed by a few percent where a lasting change is followed within
+    a few dozen batches; a computed batch then moves :attr:`factor` by ``alpha`` and its bucket's
+    shape by ``alpha / 4`` of that error (in log space: the speeds track a geometric mean, the
+    median of a noisy batch time more closely than its mean): a change seen in one bucket is
+    taken mostly as the machine's (it moves every bucket), a lasting difference between buckets
+    becomes their shapes. The computed shapes are kept at a geometric mean of 1 over the buckets
+    that saw batches, so :attr:`factor` stays the machine's (what an unseen bucket is predicted
+    with). A lookup moves only its own bucket's shape, by ``alpha``.
 
     Args:
         alpha (float): weight of the newest batch in :attr:`factor`.
@@ -127,16 +131,17 @@ class Speed:
     ) -> None:
         """Folds one batch of ``nodes`` nodes that took ``duration_ms`` against a profiled
         ``predicted_ms`` (``lookup``: a precomputed variant's)."""
-        if predicted_ms <= 0:
+        if not predicted_ms > 0 or not math.isfinite(duration_ms):
             return
-        ratio = min(max(duration_ms / predicted_ms, _SCALE_BOUNDS[0]), _SCALE_BOUNDS[1])
         b, shape = _bucket(nodes), self._shapes[lookup]
+        ratio = duration_ms / (predicted_ms * self.factor * shape[b])
+        error = min(max(math.log(ratio), -_MAX_ERROR), _MAX_ERROR) if ratio > 0 else -_MAX_ERROR
         self._seen[lookup].add(b)
         if lookup:
-            shape[b] += self.alpha * (ratio / self.factor - shape[b])
+            shape[b] *= math.exp(self.alpha * error)
             return
-        self.factor += self.alpha * (ratio / shape[b] - self.factor)
-        shape[b] += self.shape_alpha * (ratio / self.factor - shape[b])
+        self.factor = min(max(self.factor * math.exp(self.alpha * error), _BOUNDS[0]), _BOUNDS[1])
+        shape[b] *= math.exp(self.shape_alpha * error)
         seen = self._seen[False]
         mean = math.prod(shape[i] for i in seen) ** (1.0 / len(seen))
         for i in seen:  # the machine's factor is the seen buckets' geometric mean
@@ -148,10 +153,9 @@ class Lane:
 
     Every served batch is also recorded as (batch nodes, time predicted by the variant's
     unscaled profiled curve, measured time, the device's speed at its size in force while it
-    ran) in
-    :attr:`drift` (a
-    :class:`~gnnaas.serving.core.drift.DriftRecord`, published by ``/metrics``), so a curve that is
-    wrong for this variant or batch size shows, whatever the device's :class:`Speed`.
+    ran) in :attr:`drift` (a :class:`~gnnaas.serving.core.drift.DriftRecord`, published by
+    ``/metrics``), so a curve that is wrong for this variant or batch size shows, whatever the
+    device's :class:`Speed`.
     """
 
     def __init__(
