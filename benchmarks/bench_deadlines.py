@@ -13,7 +13,10 @@ Per stream the tables count answers 200 within the deadline (client clock: from 
 scheduled send time to its answer), 200 late (more than the deadline plus 5 ms after it was
 scheduled), 503 (refused at admission: no variant predicted in time, queue full or shed for a
 higher priority), 504 (expired in the queue) and other outcomes; the client's own lag (how late it
-sent) and CPU say whether the client kept up with the offered rate.
+sent) and CPU say whether the client kept up with the offered rate. One Python client sends a
+few thousand requests per second; ``--client-processes N`` spreads every stream over ``N``
+client processes (each an independent share of each Poisson stream, started together), for a
+machine with cores to spare beside the server.
 
 Writes ``deadlines.json`` and ``deadlines.md`` (``--render JSON`` rewrites the page from the JSON).
 
@@ -24,7 +27,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import math
 import urllib.request
@@ -52,7 +54,7 @@ from common import (
     utc_now,
     wait_idle,
 )
-from loadgen import ServerProcess, StepResult, StepSpec, free_port, run_closed, run_step
+from loadgen import ServerProcess, StepResult, StepSpec, drive, free_port
 from measure import percentile, rate_at_bound
 
 __all__ = ["main", "render"]
@@ -74,7 +76,13 @@ def sustained_rate(
             max_requests=args.step_max_requests,
             concurrency=concurrency,
         )
-        result = asyncio.run(run_closed(url, bodies, headers, spec))
+        (result,) = drive(
+            url,
+            bodies,
+            [(headers, spec)],
+            processes=min(args.client_processes, concurrency),
+            client=args.client,
+        )
         step = {
             "concurrency": concurrency,
             "throughput_rps": result.throughput_rps,
@@ -92,12 +100,13 @@ def sustained_rate(
     return {"rate_rps": rate_at_bound(steps, args.deadline_ms), "steps": steps}
 
 
-async def _streams(
+def _streams(
     url: str, bodies: list[bytes], base: dict[str, str], rate: float, args: argparse.Namespace,
     with_headers: bool, seed: int,
 ) -> dict[str, StepResult]:  # fmt: skip
-    """The three priority streams at once, each its own Poisson process and connections."""
-    runs = {}
+    """The three priority streams at once, each its own Poisson process and connections (from
+    ``--client-processes`` client processes, each a share of every stream)."""
+    streams = []
     for i, (priority, share) in enumerate(STREAMS):
         headers = dict(base)
         if with_headers:
@@ -110,11 +119,16 @@ async def _streams(
             drain_s=5.0,
             seed=seed * 10 + i,
         )
-        runs[priority] = run_step(
-            url, bodies, headers, spec, client=args.client, connections=args.connections
-        )
-    done = await asyncio.gather(*runs.values())
-    return dict(zip(runs, done, strict=True))
+        streams.append((headers, spec))
+    done = drive(
+        url,
+        bodies,
+        streams,
+        processes=args.client_processes,
+        client=args.client,
+        connections=args.connections * args.client_processes,
+    )
+    return dict(zip((p for p, _ in STREAMS), done, strict=True))
 
 
 def outcome(result: StepResult, deadline_ms: float) -> dict[str, Any]:
@@ -172,6 +186,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load": args.load,
         "streams": [list(s) for s in STREAMS],
         "client": args.client,
+        "client_processes": args.client_processes,
         "runs": [],
     }
     cmd = serve_cmd(args.dataset, variants, profiles, port, "cpu")
@@ -192,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             order = (True, False) if r % 2 == 0 else (False, True)
             for with_headers in order:
                 wait_idle(server, args.dataset)
-                streams = asyncio.run(_streams(url, bodies, base, rate, args, with_headers, seed=r))
+                streams = _streams(url, bodies, base, rate, args, with_headers, seed=r)
                 row = {
                     "repeat": r + 1,
                     "headers": with_headers,
@@ -222,6 +237,11 @@ def _ms(x: float) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
 
 
+def _clients(results: dict[str, Any]) -> str:
+    n = results.get("client_processes", 1)
+    return "one Python process" if n == 1 else f"{n} Python processes"
+
+
 def _size_text(results: dict[str, Any]) -> str:
     size = results.get("size", 1)
     text = "Single-node requests" if size == 1 else f"{size}-node requests"
@@ -238,7 +258,8 @@ def render(results: dict[str, Any]) -> str:
         f"# Deadlines and priorities under overload ({results['dataset']})",
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}; "
-        f"client and server on the same machine; server on one torch thread. Run "
+        f"client ({_clients(results)}) and server on the same machine; server on one torch "
+        "thread. Run "
         f"{results['date']}. Command: `{results['command']}`.",
         "",
         f"{_size_text(results)} at `X-Accuracy-Tolerance: {results['tolerance']:g}`. Sustained "
@@ -275,9 +296,9 @@ def render(results: dict[str, Any]) -> str:
             f"p99 ({which}). Latency is counted from the scheduled time and the server counts a "
             "deadline from a request's arrival, so in such a run the lateness is the load "
             "generator's as much as the server's and the goals are not measured: the offered "
-            f"rate is beyond what the load generator (one Python process, {cores} cores on the "
-            "machine) sends on time (a slower server, larger requests, or a client of several "
-            "processes on another machine can).",
+            f"rate is beyond what the load generator ({_clients(results)}, {cores} cores on "
+            "the machine) sends on time (a slower server, larger requests, or a client of more "
+            "processes, `--client-processes`, on spare cores can).",
             "",
         ]
     lines += [
@@ -338,7 +359,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=3.0, help="closed-loop step seconds")
     parser.add_argument("--step-max-requests", type=int, default=30_000)
     parser.add_argument("--client", default="raw", help="aiohttp or raw (default: raw)")
-    parser.add_argument("--connections", type=int, default=128, help="per stream")
+    parser.add_argument(
+        "--connections", type=int, default=128, help="per stream and client process"
+    )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="client processes sharing the load (default: 1); one Python client sends a few "
+        "thousand requests per second: a machine with spare cores needs several",
+    )
     parser.add_argument(
         "--name", default="deadlines", help="results file stem: <name>.md and <name>.json"
     )

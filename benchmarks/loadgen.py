@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import math
+import multiprocessing
 import os
 import resource
 import signal
@@ -45,6 +48,8 @@ __all__ = [
     "ServerProcess",
     "StepResult",
     "StepSpec",
+    "Stream",
+    "drive",
     "free_port",
     "parse_server_timing",
     "run_closed",
@@ -196,6 +201,18 @@ class StepResult:
             [b for r in parts for b in r.bodies],
             sum(r.client_cpu_s for r in parts),
         )
+
+    @classmethod
+    def together(cls, parts: Sequence[StepResult], spec: StepSpec) -> StepResult:
+        """One result of shares of one step run at the same time (:func:`drive` in several
+        client processes): their requests together over the longest share's wall time, under
+        the whole step's ``spec``."""
+        if not parts:
+            raise ValueError("StepResult.together needs at least one part")
+        one = cls.merged(parts)
+        one.spec = spec
+        one.wall_s = max(r.wall_s for r in parts)
+        return one
 
     def summary(self) -> dict[str, float]:
         """The headline figures of the step."""
@@ -567,6 +584,109 @@ async def run_closed(
         timing[:n],
         client_cpu_s=_self_cpu_s() - cpu0,
     )
+
+
+Stream = tuple[Mapping[str, str], StepSpec]
+"""One stream of a :func:`drive` call: its headers and its step (open loop when ``rate_rps`` is
+positive, else closed loop at ``concurrency``)."""
+
+
+def _share(spec: StepSpec, processes: int, k: int) -> StepSpec | None:
+    """Process ``k``'s share of ``spec`` among ``processes``: an open-loop step at
+    ``1/processes`` of the rate with its own seed (independent Poisson processes add up to the
+    whole), a closed-loop step with its part of the clients (``None``: no client left for it)."""
+    if spec.rate_rps > 0:
+        return dataclasses.replace(
+            spec,
+            rate_rps=spec.rate_rps / processes,
+            max_requests=max(1, math.ceil(spec.max_requests / processes)),
+            seed=spec.seed * 1_000 + k,
+        )
+    clients = spec.concurrency // processes + (k < spec.concurrency % processes)
+    if clients == 0:
+        return None
+    return dataclasses.replace(
+        spec,
+        concurrency=clients,
+        max_requests=max(1, math.ceil(spec.max_requests * clients / spec.concurrency)),
+        seed=spec.seed * 1_000 + k,
+    )
+
+
+async def _drive_here(
+    url: str,
+    bodies: Sequence[bytes],
+    streams: Sequence[tuple[Mapping[str, str], StepSpec | None]],
+    client: str,
+    connections: int,
+    start_at: float | None = None,
+) -> list[StepResult | None]:
+    if start_at is not None:  # shares in other processes start at the same moment
+        await asyncio.sleep(max(start_at - time.time(), 0.0))
+
+    async def one(headers: Mapping[str, str], spec: StepSpec | None) -> StepResult | None:
+        if spec is None:
+            return None
+        if spec.rate_rps > 0:
+            return await run_step(
+                url, bodies, headers, spec, client=client, connections=connections
+            )
+        return await run_closed(url, bodies, headers, spec, client=client)
+
+    return list(await asyncio.gather(*(one(h, s) for h, s in streams)))
+
+
+def _drive_process(payload: tuple[Any, ...]) -> list[StepResult | None]:
+    """A client process of :func:`drive` (spawned: imports nothing of its parent's state)."""
+    return asyncio.run(_drive_here(*payload))
+
+
+def drive(
+    url: str,
+    bodies: Sequence[bytes],
+    streams: Sequence[Stream],
+    *,
+    processes: int = 1,
+    client: str = "aiohttp",
+    connections: int = 256,
+    start_delay_s: float = 3.0,
+) -> list[StepResult]:
+    """Runs ``streams`` at the same time and returns one result per stream.
+
+    With ``processes`` > 1 the load comes from that many client processes, each driving a share
+    of every stream (:func:`_share`) from its own event loop, all starting at one moment
+    ``start_delay_s`` from now (time to spawn): a Python client sends a few thousand requests
+    per second per core, so a load above that needs several (a client that falls behind shows in
+    ``lag_ms``). Each share opens ``connections / processes`` connections.
+
+    Raises:
+        ValueError: on ``processes`` < 1 or no stream.
+    """
+    if processes < 1 or not streams:
+        raise ValueError(f"drive needs processes >= 1 and a stream (got {processes}, {streams})")
+    if processes == 1:
+        here = asyncio.run(_drive_here(url, bodies, streams, client, connections))
+        return [r for r in here if r is not None]
+    start_at = time.time() + start_delay_s
+    payloads = [
+        (
+            url,
+            list(bodies),
+            [(dict(h), _share(spec, processes, k)) for h, spec in streams],
+            client,
+            max(1, connections // processes),
+            start_at,
+        )
+        for k in range(processes)
+    ]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(processes, mp_context=context) as pool:
+        parts = list(pool.map(_drive_process, payloads))
+    out = []
+    for j, (_, spec) in enumerate(streams):
+        shares = [p[j] for p in parts if p[j] is not None]
+        out.append(StepResult.together(shares, spec))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
