@@ -86,6 +86,17 @@ def test_it_answers_the_exact_class_and_is_routed_when_fastest(
         listing = client.get(f"/v1/datasets/{small_store.name}/variants").json()["variants"]
         exact = next(v for v in listing if v["id"] == EXACT)
         assert exact["routable"] and exact["precomputed"] and exact["stale_fraction"] == 0.0
+        # Lookups are timed apart from computed batches: an idle precomputed variant is
+        # predicted at a lookup's speed, an idle computed one at the device's.
+        core = client.app.state.router  # type: ignore[attr-defined]
+        ds = core.registry.get(small_store.name)
+        core.speed.reset(1.0)
+        for _ in range(40):
+            core.speed.observe(3.0, 1.0, len(nodes), lookup=True)
+        snap = core.load_snapshot(ds, [EXACT, "sage-full-1x"], num_nodes=len(nodes))
+        assert snap.load(EXACT).speed == pytest.approx(3.0, rel=0.05)
+        assert snap.load("sage-full-1x").speed == snap.speed == 1.0
+        assert core.lane(small_store.name, EXACT).speed_at(len(nodes)) == snap.load(EXACT).speed
 
 
 def _downstream(store: Any, node: int, hops: int) -> set[int]:

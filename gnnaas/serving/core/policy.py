@@ -153,6 +153,16 @@ class VariantLoad:
     speed: float = 1.0
     room_nodes: int = sys.maxsize
 
+    @classmethod
+    def idle_at(cls, speed: float) -> VariantLoad:
+        """An idle variant's load at ``speed``, built without the frozen dataclass's per-field
+        checks (a decision may build one per request)."""
+        self = object.__new__(cls)
+        self.__dict__.update(
+            wait_ms=0.0, queued_nodes=0, running_ms=0.0, speed=speed, room_nodes=sys.maxsize
+        )
+        return self
+
 
 _IDLE = VariantLoad()
 

@@ -42,7 +42,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,7 +280,7 @@ class Router:
     def load_snapshot(
         self,
         dataset: ServedDataset,
-        variant_ids: Iterable[str] | None = None,
+        variant_ids: Collection[str] | None = None,
         priority: str = "low",
         num_nodes: int = 0,
     ) -> LoadSnapshot:
@@ -296,7 +296,7 @@ class Router:
 
         Args:
             dataset (ServedDataset): the dataset.
-            variant_ids (Iterable[str], optional): only these variants' loads, without
+            variant_ids (Collection[str], optional): only these variants' loads, without
                 ``wait_ms`` and ``running_ms`` (what a decision reads: speed and room).
                 (default: ``None``: every variant, in full)
             priority (str, optional): the dataset's queued nodes counted are those a request
@@ -340,8 +340,9 @@ class Router:
                         speed=own.speed_at(size),
                         room_nodes=b.room_with_eviction(priority),
                     )
-                elif v in dataset.precomputed:  # idle, at a lookup's speed
-                    loads[v] = VariantLoad(speed=self.speed.at(size, lookup=True))
+            for v in dataset.precomputed:  # an idle one (few: 0 or 1), at a lookup's speed
+                if v not in loads and v in variant_ids:
+                    loads[v] = VariantLoad.idle_at(self.speed.at(size, lookup=True))
         base = LoadSnapshot.measured(
             ahead / self.settings.max_concurrent_batches,
             waiting,
