@@ -90,6 +90,8 @@ def test_it_answers_the_exact_class_and_is_routed_when_fastest(
         # predicted at a lookup's speed, an idle computed one at the device's.
         core = client.app.state.router  # type: ignore[attr-defined]
         ds = core.registry.get(small_store.name)
+        # A graph without writes: its lookup covers every node for good, no per-request check.
+        assert ds.live is None and ds.covered == {EXACT}
         core.speed.reset(1.0)
         for _ in range(40):
             core.speed.observe(3.0, 1.0, len(nodes), lookup=True)
@@ -128,6 +130,7 @@ def test_a_write_makes_the_k_hop_neighborhood_stale_and_served_by_another_varian
         )
         assert r.status_code == 200, r.text
         served = client.app.state.router.registry.get(name)
+        assert served.live is not None and not served.covered  # a live graph: checked per request
         stale = served.variants[EXACT].answers.staleness.stale
         assert set(stale[: small_store.num_nodes].nonzero()[0].tolist()) == affected
         for node in (target, max(affected)):

@@ -154,6 +154,7 @@ class ServedDataset:
     dominated_by: dict[str, str] = field(default_factory=dict)
     routable_candidates: tuple[Candidate, ...] = ()
     precomputed: frozenset[str] = field(default=frozenset(), init=False)  # answered by lookup
+    covered: frozenset[str] = field(default=frozenset(), init=False)  # ...every node, for good
     _samplers: dict[tuple[int, ...], Sampler] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +171,13 @@ class ServedDataset:
         ]
         lookups = frozenset(v.variant_id for v in self.variants.values() if v.answers is not None)
         self.precomputed = lookups
+        # A graph that takes no writes keeps its node count: a lookup covering it once always does.
+        n = int(self.store.num_nodes)
+        self.covered = frozenset(
+            v
+            for v in lookups
+            if self.live is None and self.variants[v].answers.covers(n)  # type: ignore[union-attr]
+        )
         self.routable_candidates = tuple(routable)
         self.dominated_by = dominated(routable, lookups=lookups)
         self.candidates = tuple(c for c in routable if c.variant_id not in self.dominated_by)
