@@ -49,7 +49,7 @@ _SIZE_BUCKETS = 6  # batch sizes around 1, 4, 16, 64, 256 and 1,024 nodes and mo
 def _bucket(nodes: int) -> int:
     """The size bucket of a batch of ``nodes`` nodes: the nearest power of 4 (2 to 7 nodes go
     with 4, 8 to 31 with 16, ...), the last bucket taking every size from 512 on."""
-    return min(max(nodes, 1).bit_length() // 2, _SIZE_BUCKETS - 1)
+    return min(nodes.bit_length() >> 1, _SIZE_BUCKETS - 1)
 
 
 def default_executor_factory(
@@ -118,13 +118,12 @@ class Speed:
         """Forgets what was measured: every batch is predicted at ``factor`` times its curve."""
         self.factor = factor
         self._shapes = ([1.0] * _SIZE_BUCKETS, [1.0] * _SIZE_BUCKETS)  # computed, lookup
-        self._seen: tuple[set[int], set[int]] = (set(), set())  # buckets that saw a batch
+        self._seen: set[int] = set()  # computed buckets that saw a batch
 
     def at(self, nodes: int, lookup: bool = False) -> float:
         """The factor a batch of ``nodes`` nodes is predicted with (``lookup``: a precomputed
         variant's)."""
-        bucket = nodes.bit_length() >> 1  # _bucket, inlined: every decision reads this
-        return self.factor * self._shapes[lookup][bucket if bucket < _SIZE_BUCKETS else -1]
+        return self.factor * self._shapes[lookup][_bucket(nodes)]
 
     def observe(
         self, duration_ms: float, predicted_ms: float, nodes: int = 1, lookup: bool = False
@@ -136,13 +135,13 @@ class Speed:
         b, shape = _bucket(nodes), self._shapes[lookup]
         ratio = duration_ms / (predicted_ms * self.factor * shape[b])
         error = min(max(math.log(ratio), -_MAX_ERROR), _MAX_ERROR) if ratio > 0 else -_MAX_ERROR
-        self._seen[lookup].add(b)
         if lookup:
             shape[b] *= math.exp(self.alpha * error)
             return
         self.factor = min(max(self.factor * math.exp(self.alpha * error), _BOUNDS[0]), _BOUNDS[1])
         shape[b] *= math.exp(self.shape_alpha * error)
-        seen = self._seen[False]
+        seen = self._seen
+        seen.add(b)
         mean = math.prod(shape[i] for i in seen) ** (1.0 / len(seen))
         for i in seen:  # the machine's factor is the seen buckets' geometric mean
             shape[i] /= mean

@@ -171,12 +171,13 @@ class ServedDataset:
         ]
         lookups = frozenset(v.variant_id for v in self.variants.values() if v.answers is not None)
         self.precomputed = lookups
-        # A graph that takes no writes keeps its node count: a lookup covering it once always does.
+        # A graph that takes no writes keeps its node count: a lookup covering it once always
+        # does (a live graph's lookups are checked per request).
         n = int(self.store.num_nodes)
-        self.covered = frozenset(
-            v
-            for v in lookups
-            if self.live is None and self.variants[v].answers.covers(n)  # type: ignore[union-attr]
+        self.covered = (
+            frozenset(v for v in lookups if self.variants[v].answers.covers(n))  # type: ignore[union-attr]
+            if self.live is None
+            else frozenset()
         )
         self.routable_candidates = tuple(routable)
         self.dominated_by = dominated(routable, lookups=lookups)

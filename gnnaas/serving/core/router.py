@@ -470,7 +470,7 @@ class Router:
             answers is not None
             and nodes is not None
             and entry.computed
-            and (dataset.live is not None or selection.variant_id not in dataset.covered)
+            and selection.variant_id not in dataset.covered
             and not answers.covers(dataset.num_nodes)
         ):
             ids = nodes.numpy() if isinstance(nodes, Tensor) else np.asarray(nodes, np.int64)
