@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -187,6 +188,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "streams": [list(s) for s in STREAMS],
         "client": args.client,
         "client_processes": args.client_processes,
+        "server_cpus": args.server_cpus,
+        "client_cpus": args.client_cpus,
         "runs": [],
     }
     cmd = serve_cmd(args.dataset, variants, profiles, port, "cpu")
@@ -194,8 +197,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = {"X-Accuracy-Tolerance": f"{args.tolerance:g}"}
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(
-            ServerProcess(cmd, port, workdir / "deadlines-server.log", env=env)
+            ServerProcess(
+                cmd, port, workdir / "deadlines-server.log", env=env, cpus=args.server_cpus
+            )
         )
+        if args.client_cpus is not None:  # this process and the client processes it spawns
+            os.sched_setaffinity(0, args.client_cpus)
         url = f"{server.base_url}/v1/datasets/{args.dataset}/predict"
         wait_idle(server, args.dataset)
         sustained = sustained_rate(url, bodies, base, args)
@@ -239,7 +246,13 @@ def _ms(x: float) -> str:
 
 def _clients(results: dict[str, Any]) -> str:
     n = results.get("client_processes", 1)
-    return "one Python process" if n == 1 else f"{n} Python processes"
+    text = "one Python process" if n == 1 else f"{n} Python processes"
+    server, client = results.get("server_cpus"), results.get("client_cpus")
+    if client is not None:
+        text += f" on core(s) {', '.join(map(str, client))}"
+    if server is not None:
+        text += f", the server on core(s) {', '.join(map(str, server))}"
+    return text
 
 
 def _size_text(results: dict[str, Any]) -> str:
@@ -368,6 +381,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1,
         help="client processes sharing the load (default: 1); one Python client sends a few "
         "thousand requests per second: a machine with spare cores needs several",
+    )
+    parser.add_argument(
+        "--server-cpus",
+        type=int,
+        nargs="+",
+        help="cores the server may use (default: all); with --client-cpus, a load generator "
+        "that does not take the server's cores on a machine without a second one",
+    )
+    parser.add_argument(
+        "--client-cpus", type=int, nargs="+", help="cores the load generator may use (default: all)"
     )
     parser.add_argument(
         "--name", default="deadlines", help="results file stem: <name>.md and <name>.json"

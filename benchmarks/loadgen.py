@@ -36,7 +36,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -705,6 +705,8 @@ class ServerProcess:
         env (Mapping[str, str], optional): extra environment variables. (default: ``None``)
         ready_path (str, optional): polled until it answers 200. (default: ``"/readyz"``)
         ready_timeout_s (float, optional): how long to wait for it. (default: ``600``)
+        cpus (Collection[int], optional): the cores it may run on (its threads and children
+            inherit them). (default: ``None``: the machine's)
     """
 
     def __init__(
@@ -716,6 +718,7 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         ready_path: str = "/readyz",
         ready_timeout_s: float = 600.0,
+        cpus: Collection[int] | None = None,
     ) -> None:
         self.argv = list(argv)
         self.port = port
@@ -724,6 +727,7 @@ class ServerProcess:
         self.env = {**os.environ, **(env or {})}
         self.ready_path = ready_path
         self.ready_timeout_s = ready_timeout_s
+        self.cpus = None if cpus is None else set(cpus)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ServerProcess:
@@ -740,6 +744,8 @@ class ServerProcess:
         finally:
             log.close()
         try:
+            if self.cpus is not None:  # before the interpreter starts any thread
+                os.sched_setaffinity(self.proc.pid, self.cpus)
             self._wait_ready()
         except BaseException:
             self.stop()
