@@ -503,7 +503,7 @@ def _ray_goals(results: dict[str, Any], name: str) -> list[dict[str, Any]]:
         extra = seq[name] - seq[floor]
         goals.append({
             "goal": f"1-node sequential p50 over the trivial app on Ray ≤ {SEQ_GOAL_MS:g} ms",
-            "value": f"+{extra:.2f} ms ({seq[name]:.2f} vs {seq[floor]:.2f})",
+            "value": f"{extra:+.2f} ms ({seq[name]:.2f} vs {seq[floor]:.2f})",
             "met": extra <= SEQ_GOAL_MS,
         })  # fmt: skip
     mine, base = _rates(results, "1", name), _rates(results, "1", floor)
