@@ -9,7 +9,8 @@ Servers (``--backends``), on free 127.0.0.1 ports:
   ``gnnaas serve --backend ray``; needs the ``[ray]`` extra): the dataset's application with 1 / 2
   replicas, each the whole app, and the catalog, on a local Ray with ``num_cpus=2`` started in
   this process, next to the trivial app deployed on the same Serve proxy under ``/trivial``
-  (``trivial-ray@rayN``, the floor of the Ray stack), measured together with ``single`` again
+  with as many replicas (``trivial-ray@rayN``, the floor of the Ray stack), measured together
+  with ``single`` again
   (``single@rayN``).
 
 The process servers are measured first, interleaved; then each Ray deployment, interleaved with
@@ -323,6 +324,21 @@ def measure(
             block["repeats"][r].update(measured)
 
 
+def _wait_running(app: str, replicas: int, timeout_s: float = 300.0) -> None:
+    """Waits until Serve's application ``app`` runs ``replicas`` replicas."""
+    from ray import serve
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = serve.status().applications.get(app)
+        if status is not None and status.status == "RUNNING":
+            running = sum(d.replica_states.get("RUNNING", 0) for d in status.deployments.values())
+            if running == replicas:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"bench_scale: {app} did not reach {replicas} running replica(s)")
+
+
 def _ray_phase(
     args: argparse.Namespace,
     results: dict[str, Any],
@@ -333,7 +349,6 @@ def _ray_phase(
     folders: tuple[Path, Path],
 ) -> None:
     """gnnaas on a local Ray (1 then 2 replicas) next to the trivial app on the same proxy."""
-    from ray import serve
 
     from gnnaas.serving.core.settings import Settings
     from gnnaas.serving.deploy import ray as ray_backend
@@ -363,10 +378,11 @@ def _ray_phase(
         t0 = time.monotonic()
         ray_backend.run_ray(settings, replicas=replicas, port=port, replica_cpus=1.0 / replicas)
         results.setdefault("ray_start_s", {})[name] = time.monotonic() - t0
-        if "trivial" not in serve.status().applications:
-            ray_backend.run_asgi_app(
-                trivial_app.create_app, name="trivial", route_prefix="/trivial"
-            )
+        # The floor with as many replicas as gnnaas (Serve updates it in place).
+        ray_backend.run_asgi_app(
+            trivial_app.create_app, name="trivial", route_prefix="/trivial", replicas=replicas
+        )
+        _wait_running("trivial", replicas)
         gnnaas = Policy(name, ROUTER_HEADERS, None, url=f"{base}{route}")
         floor = Policy(f"trivial-ray@{name}", {}, None, url=f"{base}/trivial{route}")
         group = [gnnaas, floor]
@@ -723,7 +739,8 @@ def render(results: dict[str, Any]) -> str:
         "Sustained rate: closed-loop throughput where p99 reaches the bound (as in `policy.md`), "
         f"median (min–max) of {a['repeats']} repeats, servers interleaved slice by slice. Router "
         "at `X-Accuracy-Tolerance: 2`. gnnaas on Ray: one application for the dataset (1 or 2 "
-        "replicas, each the whole app) and the catalog; the trivial app on the same proxy."
+        "replicas, each the whole app) and the catalog; the trivial app on the same proxy, with as "
+        "many replicas."
         + (
             f" On Ray: {a['ray_repeats']} repeats of {a['ray_step_s']:g}-s steps at "
             f"{', '.join(map(str, a['ray_concurrency']))} clients; the CPU steps in "

@@ -214,6 +214,10 @@ class ServingMetrics:
         )
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
+        # Counter children by labels: a refusal is counted twice on the request path, and
+        # labels() costs a few microseconds a call (measured: ~3 us of a ~60 us refusal each).
+        self._admission: dict[tuple[str, str, str], Any] = {}
+        self._rejections: dict[str, Any] = {}
         self._drift: dict[tuple[str, str], DriftRecord] = {}
 
         self.multiprocess = multiprocess_dir() is not None
@@ -316,7 +320,11 @@ class ServingMetrics:
         """Records one predict request's admission ``outcome``: ``admitted`` (answered),
         ``shed_deadline``, ``shed_queue_full``, ``shed_evicted``, ``expired`` (never computed)
         or ``late`` (computed, but ready after its deadline: discarded)."""
-        self.admission.labels(dataset, priority, outcome).inc()
+        key = (dataset, priority, outcome)
+        child = self._admission.get(key)
+        if child is None:
+            child = self._admission[key] = self.admission.labels(*key)
+        child.inc()
 
     def rejected(self, reason: str) -> None:
         """Records one rejected request, by reason.
@@ -325,7 +333,10 @@ class ServingMetrics:
         ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``,
         ``admin_disabled``, ``unauthorized``, ``expired`` (a deadline passed in the queue).
         """
-        self.rejections.labels(reason).inc()
+        child = self._rejections.get(reason)
+        if child is None:
+            child = self._rejections[reason] = self.rejections.labels(reason)
+        child.inc()
 
     def publish(self) -> None:
         """Multiprocess mode: writes this worker's queue and drift figures where the other

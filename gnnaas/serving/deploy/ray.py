@@ -334,9 +334,11 @@ def run_asgi_app(
     route_prefix: str,
     cpus: float = 0.0,
     max_ongoing_requests: int = DEFAULT_MAX_ONGOING_REQUESTS,
+    replicas: int = 1,
 ) -> None:
     """Deploys any ASGI app (e.g. a trivial FastAPI app, the floor of a benchmark) as a
-    one-replica Serve application next to gnnaas, on the running Serve's proxy.
+    Serve application next to gnnaas, on the running Serve's proxy (deployed again with
+    another ``replicas``, it is updated in place).
 
     Args:
         builder (Callable[[], ASGIApp]): returns the app (called in the replica).
@@ -345,6 +347,7 @@ def run_asgi_app(
         cpus (float, optional): CPUs Ray reserves for it. (default: ``0``)
         max_ongoing_requests (int, optional): requests its replica takes at once.
             (default: :data:`DEFAULT_MAX_ONGOING_REQUESTS`, as gnnaas's replicas)
+        replicas (int, optional): its replicas. (default: ``1``)
 
     Raises:
         ConfigError: Serve is not running (call :func:`run_ray` first).
@@ -354,7 +357,9 @@ def run_asgi_app(
     by_value(builder)
     deployment = serve.deployment(serve.ingress(builder)(), name=name)
     app = deployment.options(  # type: ignore[attr-defined]
-        ray_actor_options={"num_cpus": cpus}, max_ongoing_requests=max_ongoing_requests
+        ray_actor_options={"num_cpus": cpus},
+        max_ongoing_requests=max_ongoing_requests,
+        num_replicas=replicas,
     ).bind()
     serve.run(app, name=name, route_prefix=route_prefix, blocking=False)
 
