@@ -142,3 +142,17 @@ def test_a_cuda_run_names_its_card_and_a_cpu_run_names_none() -> None:
     assert gpu_words(machine, "cuda:1") == ", served on NVIDIA H200 (139.8 GB)"
     assert gpu_words(machine, "cpu") == ""
     assert gpu_words({"gpu": None}, "cuda") == ""
+
+
+def test_bench_scale_judges_the_ray_cpu_goal_per_round() -> None:
+    """The median of a sample has a distribution-free interval of order statistics, and the
+    CPU goal is the median of each round's excess over its bound (trivial + 1.2 × alone)."""
+    from bench_scale import _paired_excess, median_interval
+
+    assert median_interval(list(range(1, 13))) == (3, 10)  # P(Bin(12, 1/2) <= 2) = 0.019
+    assert median_interval([5.0, 1.0, 3.0]) == (1.0, 5.0)  # too few for 95%: the whole range
+    mine = {"slices_ms": [9.0, 9.5, 8.0]}
+    floor = {"slices_ms": [8.0, 8.0, 8.0]}
+    alone = {"slices_ms": [0.5, 0.5, 1.0]}
+    assert _paired_excess(mine, floor, alone) == pytest.approx([0.4, 0.9, -1.2])
+    assert _paired_excess({"server_ms": {}}, floor, alone) is None  # a run saved before rounds

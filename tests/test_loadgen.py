@@ -3,6 +3,7 @@ runs, the shares add up to the step asked for, and the answers are counted once 
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -83,3 +84,13 @@ def test_drive_runs_every_stream_from_its_client_processes(
     assert 0 < loop.sent <= 30 + processes and (loop.status == 200).all()
     with pytest.raises(ValueError, match="drive needs processes >= 1"):
         loadgen.drive(url, [b"{}"], [open_high], processes=0)
+
+
+def test_a_server_process_runs_on_the_cores_it_is_given(loadgen: Any, tmp_path: Path) -> None:
+    core = min(os.sched_getaffinity(0))
+    port = loadgen.free_port()
+    cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    with loadgen.ServerProcess(
+        cmd, port, tmp_path / "server.log", ready_path="/", ready_timeout_s=30, cpus=[core]
+    ) as server:
+        assert os.sched_getaffinity(server.pid) == {core}
