@@ -398,6 +398,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else None
+    usable = os.sched_getaffinity(0)
+    for flag, cores in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
+        if cores is not None and not set(cores) <= usable:
+            parser.error(f"{flag}: cores {sorted(set(cores) - usable)} are not among this "
+                         f"machine's usable cores {sorted(usable)}")  # fmt: skip
     if args.render:
         render_saved(args.render, render)
         return 0
