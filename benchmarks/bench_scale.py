@@ -324,21 +324,6 @@ def measure(
             block["repeats"][r].update(measured)
 
 
-def _wait_running(app: str, replicas: int, timeout_s: float = 300.0) -> None:
-    """Waits until Serve's application ``app`` runs ``replicas`` replicas."""
-    from ray import serve
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = serve.status().applications.get(app)
-        if status is not None and status.status == "RUNNING":
-            running = sum(d.replica_states.get("RUNNING", 0) for d in status.deployments.values())
-            if running == replicas:
-                return
-        time.sleep(0.5)
-    raise SystemExit(f"bench_scale: {app} did not reach {replicas} running replica(s)")
-
-
 def _ray_phase(
     args: argparse.Namespace,
     results: dict[str, Any],
@@ -382,7 +367,6 @@ def _ray_phase(
         ray_backend.run_asgi_app(
             trivial_app.create_app, name="trivial", route_prefix="/trivial", replicas=replicas
         )
-        _wait_running("trivial", replicas)
         gnnaas = Policy(name, ROUTER_HEADERS, None, url=f"{base}{route}")
         floor = Policy(f"trivial-ray@{name}", {}, None, url=f"{base}/trivial{route}")
         group = [gnnaas, floor]

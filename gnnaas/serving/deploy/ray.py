@@ -337,8 +337,9 @@ def run_asgi_app(
     replicas: int = 1,
 ) -> None:
     """Deploys any ASGI app (e.g. a trivial FastAPI app, the floor of a benchmark) as a
-    Serve application next to gnnaas, on the running Serve's proxy (deployed again with
-    another ``replicas``, it is updated in place).
+    Serve application next to gnnaas, on the running Serve's proxy; returns once its replicas
+    run (``serve.run`` waits for them). Deployed again with another ``replicas``, it is updated
+    in place.
 
     Args:
         builder (Callable[[], ASGIApp]): returns the app (called in the replica).
