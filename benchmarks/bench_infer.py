@@ -82,10 +82,9 @@ def child(mode: str, dataset: str, chunk_size: int, data_root: str | None) -> di
     import torch
 
     from gnnaas.data import load_dataset
-    from gnnaas.inference import InferencePath
     from gnnaas.inference.layerwise import layerwise_inference, peak_bytes
     from gnnaas.models import build_model
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import sampled_path
 
     store = load_dataset(dataset, data_root)
     torch.manual_seed(0)
@@ -114,8 +113,7 @@ def child(mode: str, dataset: str, chunk_size: int, data_root: str | None) -> di
             layerwise_inference(model, x, store.rowptr, store.col, chunk_size=chunk_size)
             out["estimate_mb"] = peak_bytes(model, n, store.num_edges, chunk_size) / 2**20
         else:
-            sampler = serving_sampler(store.rowptr, store.col, FANOUTS)
-            path = InferencePath(model, x, sampler)
+            path = sampled_path(model, x, store.rowptr, store.col, FANOUTS)
             order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
             for batch in torch.split(order, 1024):
                 path.run(batch)

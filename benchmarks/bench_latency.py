@@ -98,14 +98,14 @@ def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) ->
     from gnnaas.config import SharedSettings
     from gnnaas.data import load_dataset
     from gnnaas.inference.settings import apply_execution_settings
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import RuntimeGraph
     from gnnaas.variants.repository import VariantRepository
 
     torch.set_num_threads(1)
     settings = SharedSettings()  # GNNAAS_FAST_SAMPLER, as a command applies it when it starts
     apply_execution_settings(fused_forward=True, fast_sampler=settings.fast_sampler)
     store = load_dataset(dataset)
-    sampler = serving_sampler(store.rowptr, store.col, (25, 10))
+    sampler = RuntimeGraph(store).sampler((25, 10))
     g = torch.Generator().manual_seed(0)
     seed_sets = {b: torch.randperm(store.num_nodes, generator=g)[:b] for b in (1, 8, 64, 1024)}
     sampling = {
@@ -200,16 +200,14 @@ def gpu_end_to_end(dataset: str, calls: int) -> dict[str, float] | None:
     if not torch.cuda.is_available():
         return None
     from gnnaas.data import load_dataset
-    from gnnaas.inference import InferencePath
     from gnnaas.models import build_model
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import sampled_path
 
     device = torch.device("cuda")
     store = load_dataset(dataset)
     rowptr, col = store.rowptr.to(device), store.col.to(device)
-    sampler = serving_sampler(rowptr, col, (25, 10))
     model = build_model("sage", store.num_features, 256, store.num_classes).to(device).eval()
-    path = InferencePath(model, store.x.to(device), sampler, device)
+    path = sampled_path(model, store.x.to(device), rowptr, col, (25, 10), device=device)
     g = torch.Generator().manual_seed(0)
     out = {"gpu": torch.cuda.get_device_name(device)}
     for b in (1, 1024):

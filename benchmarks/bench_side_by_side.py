@@ -48,10 +48,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from gnnaas.data import load_dataset
-    from gnnaas.inference import Executor
     from gnnaas.profiling.curves import _GAP_S as _SERVICE_GAP_S
     from gnnaas.profiling.curves import _timed_batch
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import RuntimeGraph, open_variant
     from gnnaas.variants.repository import VariantRepository
 
     torch.set_num_threads(1)
@@ -61,13 +60,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cmd = serve_cmd(args.dataset, work / "variants", work / "profiles", port, "cpu")
     store = load_dataset(args.dataset)
     repo = VariantRepository(work / "variants")
-    executors = {}
-    for vid in args.variants:
-        loaded = repo.load(store.name, vid)
-        m = loaded.manifest
-        features = store.feature_subset(torch.tensor(m.kept_features))
-        sampler = serving_sampler(store.rowptr, store.col, m.fanouts)
-        executors[vid] = Executor(loaded.model, features, sampler, device="cpu")
+    graph = RuntimeGraph(store)
+    executors = {
+        vid: open_variant(repo, repo.manifest(store.name, vid), graph).executor(graph)
+        for vid in args.variants
+    }
     test = store.test_idx.numpy()
     rng = np.random.default_rng(0)
     log = work / f"side-by-side-{args.dataset}.log"

@@ -118,10 +118,9 @@ def latency_grid(args: argparse.Namespace, deadline: float, device: str = "cuda"
     import torch
 
     from gnnaas.data import load_dataset
-    from gnnaas.inference import FeatureCache, InferencePath
     from gnnaas.models import build_model
     from gnnaas.profiling.cacheplan import count_reads
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import RuntimeGraph, RuntimeVariant
 
     datasets: dict[str, Any] = {}
     cells: list[dict[str, Any]] = []
@@ -133,7 +132,8 @@ def latency_grid(args: argparse.Namespace, deadline: float, device: str = "cuda"
         start = time.perf_counter()
         store = load_dataset(name, args.data_root)
         load_s = time.perf_counter() - start
-        sampler = serving_sampler(store.rowptr, store.col, FANOUTS)
+        graph = RuntimeGraph(store)
+        sampler = graph.sampler(FANOUTS)
         start = time.perf_counter()
         plan_seeds = store.val_idx[:PLAN_SEEDS]
         reads = count_reads(sampler, plan_seeds, store.num_nodes)
@@ -158,14 +158,18 @@ def latency_grid(args: argparse.Namespace, deadline: float, device: str = "cuda"
             model = build_model("sage", kept, HIDDEN, store.num_classes).to(device).eval()
             row_bytes = kept * features.element_size()
             for cache_name in CACHES:
-                if cache_name == "off":
-                    cache = None
-                else:
+                cached = None
+                if cache_name != "off":
                     count = store.num_nodes
                     if cache_name == "10% of 1x":
                         count = min(int(0.1 * full_bytes) // row_bytes, store.num_nodes)
-                    cache = FeatureCache(features, order[:count].clone(), device)
-                path = InferencePath(model, features, sampler, device, cache=cache)
+                    cached = order[:count].clone()
+                variant = RuntimeVariant(
+                    name, f"sage-prefix-{prune}x", "sage", "prefix", prune,
+                    torch.arange(kept), FANOUTS, model, cache_nodes=cached,
+                )  # fmt: skip
+                path = variant.executor(graph, device).path
+                cache = path.cache
                 for num_seeds in SEEDS:
                     label = f"{name} {prune}x cache {cache_name} {num_seeds} seeds"
                     if time.monotonic() > deadline:

@@ -8,7 +8,7 @@ Every setting is a field of one class tree, read from arguments and ``GNNAAS_*``
                                 + what only a server reads (limits, tokens, live writes, workers)
 
 :class:`SharedSettings` holds the folders (variants, profiles, data root, cache, data home, live
-state), the device, and the serving pipeline a profile must be measured with (sampler and its
+state), the device, and the serving pipeline a profile must be measured with (the sampler's
 seed, batch cap, inline threshold, torch threads, feature cache, fused forward, compiled
 sampler, the router's tie margin). The server's :class:`~gnnaas.serving.core.settings.Settings`
 *extends* it rather than the offline commands using the server's class: an offline command then
@@ -48,12 +48,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gnnaas.errors import ConfigError
+from gnnaas.policy import TIE_MARGIN
 
 __all__ = ["CommandSettings", "SharedSettings", "from_environment", "settings_error"]
 
@@ -80,9 +81,6 @@ class SharedSettings(BaseSettings):
             offline commands that take ``--state-dir`` read the graphs as it holds them.
             (default: ``None``: frozen graphs)
         seed (int): seed of the serving-time consistent sampler. (default: ``0``)
-        sampling (str): ``depth``: a node's answer never depends on its batch-mates (one sampled
-            row per node and depth); ``shared``: PyG-style shared rows, a little less work, answers
-            can drift slightly when batch-mates are neighbors. (default: ``depth``)
         max_batch_nodes (int): most target nodes merged into one forward pass. (default: ``1024``)
         inline_max_nodes (int): batches of at most this many nodes run on the event loop's thread
             instead of the variant's worker thread (no thread hand-off); the profiler times them
@@ -132,7 +130,6 @@ class SharedSettings(BaseSettings):
     device: str = "auto"
     state_dir: Path | None = None
     seed: int = 0
-    sampling: Literal["depth", "shared"] = "depth"
     max_batch_nodes: int = Field(default=1024, ge=1)
     # gnnaas.inference.INLINE_MAX_NODES, spelled out so that reading settings loads no torch (the
     # supervisor of --workers stays small); a test keeps the two equal.
@@ -141,7 +138,7 @@ class SharedSettings(BaseSettings):
     feature_cache_mb: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     fused_forward: bool = True
     fast_sampler: bool = True
-    tie_margin: float = Field(default=0.1, ge=0.0, le=10.0)
+    tie_margin: float = Field(default=TIE_MARGIN, ge=0.0, le=10.0)
 
     @field_validator("data_root", "cache_dir", "home_dir", "state_dir", mode="before")
     @classmethod

@@ -30,16 +30,23 @@ class ArtifactError(GnnaasError):
 
 
 class OverloadedError(GnnaasError):
-    """The serving queue is full.
+    """The server cannot take the request now (HTTP 503 with ``Retry-After``).
 
     Args:
-        message (str): what is full.
-        retry_after_s (float): a hint for when to retry.
+        message (str): what is full, and what to do.
+        retry_after_s (float, optional): a hint for when to retry. (default: ``1.0``)
+        cause (str, optional): why, as the metrics count it: ``queue_full`` (no room in the
+            variant's queue), ``evicted`` (shed for higher-priority traffic), ``deadline`` (not
+            predicted to meet its deadline), ``stopping`` (the server or a variant is shutting
+            down or being replaced). (default: ``"queue_full"``)
     """
 
-    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+    def __init__(
+        self, message: str, retry_after_s: float = 1.0, *, cause: str = "queue_full"
+    ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.cause = cause
 
 
 class DeadlineExceeded(GnnaasError):

@@ -20,7 +20,6 @@ FORBIDDEN = [
     "gnnaas.variants.pipeline",
     "gnnaas.profiling.profiler",
     "gnnaas.profiling.measurement",
-    "gnnaas.profiling.inputs",
     "gnnaas.profiling.report",
     "gnnaas.profiling.frontier",
     "gnnaas.profiling.plots",

@@ -137,14 +137,13 @@ def _start(
 
 def _pipeline(settings: CommandSettings, device: Any = None) -> dict[str, Any]:
     """The serving pipeline profiles must be measured with, as ``profile_dataset`` takes it: the
-    server's sampler, seed, batch cap and inline threshold (``GNNAAS_SAMPLING``, ``GNNAAS_SEED``,
+    server's sampler seed, batch cap and inline threshold (``GNNAAS_SEED``,
     ``GNNAAS_MAX_BATCH_NODES``, ``GNNAAS_INLINE_MAX_NODES``), the threads (``--threads`` when
     given, else the server's ``GNNAAS_TORCH_THREADS``: profiles are timed with the threads they
     will be served with) and, on a CUDA ``device``, the feature cache the server builds there
     (``GNNAAS_FEATURE_CACHE_MB``)."""
     on_cuda = device is not None and device.type == "cuda"
     return {
-        "sampling": settings.sampling,
         "sampler_seed": settings.seed,
         "max_batch_nodes": settings.max_batch_nodes,
         "inline_max_nodes": settings.inline_max_nodes,

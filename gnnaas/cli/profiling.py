@@ -40,9 +40,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from gnnaas.variants.repository import VariantRepository
 
     device = resolve_device(settings.device)
-    store = _load(args)
+    store, version = _load(args), 0
     if settings.state_dir is not None:
-        store = _live(args, store, settings.state_dir)
+        store, version = _live(args, store, settings.state_dir)
     out = settings.profiles_dir
     _say(args, f"profiling the variants of {store.name} on {device} into {out}")
     result = profile_dataset(
@@ -55,6 +55,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         progress=_progress(args),
         only=args.only,
         on_phase=lambda message: _say(args, message),
+        graph_version=version,
         **_pipeline(settings, device),
     )
     for variant_id, reason in result.skipped:
@@ -69,22 +70,23 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live(args: argparse.Namespace, store: Any, state_dir: Path) -> Any:
-    """``profile --state-dir``: the dataset as its live graph holds it now (every variant is
-    profiled on it: a precomputed one's answers cover its nodes, the others are timed on the
-    graph they are served on); the dataset itself when nothing was written yet."""
+def _live(args: argparse.Namespace, store: Any, state_dir: Path) -> tuple[Any, int]:
+    """``profile --state-dir``: the dataset as its live graph holds it now, and its version
+    (every variant is profiled on it: a precomputed one's answers of that version cover its
+    nodes, the others are timed on the graph they are served on); the dataset itself (version
+    0) when nothing was written yet."""
     from gnnaas.data.live import live_store, state_folder
 
     if not state_folder(state_dir, store.name).is_dir():
         _say(args, f"no live state of {store.name} under {state_dir} yet: its graph as loaded")
-        return store
+        return store, 0
     live, version = live_store(store, state_dir)
     _say(
         args,
         f"live graph of {store.name} under {state_dir}: version {version}, "
         f"{live.num_nodes:,} nodes, {live.num_edges:,} edges",
     )
-    return live
+    return live, version
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -205,7 +207,6 @@ def _cmd_cache_plan(args: argparse.Namespace) -> int:
         by=args.by,
         batch_size=args.batch_size,
         sampler_seed=pipeline["sampler_seed"],
-        sampling=pipeline["sampling"],
         progress=_progress(args),
     )
     table, ranking = write_cache_plan(plan, settings.profiles_dir / store.name)
@@ -218,7 +219,7 @@ def _cmd_cache_plan(args: argparse.Namespace) -> int:
     )
     print(
         f"seeds: {seeds_name} ({seeds.numel():,} nodes, batches of {args.batch_size}), "
-        f"ranked by {args.by}, sampler {pipeline['sampling']} seed {pipeline['sampler_seed']}"
+        f"ranked by {args.by}, sampler seed {pipeline['sampler_seed']}"
     )
     _print_table(
         [(r.variant, r.features_kept, r.cached_nodes, f"{r.hit_ratio:.4f}") for r in plan.rows],
@@ -258,7 +259,6 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     current = has_profiles(
         profiles / store.name,
         repo.list(store.name),
-        sampling=pipeline["sampling"],
         sampler_seed=pipeline["sampler_seed"],
     )
     if current:

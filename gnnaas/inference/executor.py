@@ -129,7 +129,7 @@ class Executor:
         features (Tensor): ``[N, F_kept]`` the store's pruned feature copy for this variant
             (``store.feature_subset(kept)``), computed once.
         sampler (Sampler): the dataset's serving sampler for this variant's fanouts
-            (:func:`gnnaas.sampling.serving_sampler`).
+            (:meth:`gnnaas.runtime.RuntimeGraph.sampler`).
         device (torch.device | str, optional): where the forward pass runs. (default: ``"cpu"``)
         multi_label (bool, optional): sigmoid outputs and 0/1 classes. (default: ``False``)
         name (str, optional): for ``repr`` and logs. (default: ``"executor"``)

@@ -4,7 +4,7 @@ The server's executor, the profiler (accuracy, latency and service curves) and e
 generation all run a batch through :class:`InferencePath`, so a profiled time or accuracy is one of
 the pipeline that is served (docs/architecture.md §5). A path holds one variant: its model, the
 store's pruned feature copy for it and the serving sampler for its fanouts
-(:func:`gnnaas.sampling.serving_sampler`).
+(:meth:`gnnaas.runtime.RuntimeGraph.sampler`).
 
 Stages of :meth:`InferencePath.run`, as the profile columns define them:
 

@@ -3,8 +3,8 @@
 A variant's device feature cache (:class:`gnnaas.inference.FeatureCache`) holds the pruned rows of
 the nodes read most often. How often a node's row is read is counted, not guessed: the planning
 seeds (the validation nodes, or recorded traffic) are served in batches of ``batch_size`` through
-the serving sampler of the variant's fanouts (:func:`gnnaas.sampling.serving_sampler`, the
-server's seed and mode) and every row of each batch's ``n_id`` is one read of that node's features
+the serving sampler of the variant's fanouts (:meth:`gnnaas.runtime.RuntimeGraph.sampler`, the
+server's seed) and every row of each batch's ``n_id`` is one read of that node's features
 (:func:`count_reads`, one ``bincount`` per batch). Nodes are cached most read first (ties: the
 node more in-neighbor lists name first, then the lower id); a budget of ``B`` bytes holds
 ``B // row_bytes`` of them, with ``row_bytes = features_kept × 4`` for float32, so an 8× variant
@@ -14,22 +14,17 @@ planned one.
 
 ``by="degree"`` ranks by how many in-neighbor lists name a node instead (its out-degree; the
 in-degree on the undirected graphs gnnaas serves): no sampling, the fallback the server uses for
-a variant whose fanouts have no plan (:func:`degree_ranking`). Its hit ratio in a plan is still
-measured on the seeds' reads.
+a variant whose fanouts have no plan (:func:`~gnnaas.runtime.caches.degree_ranking`). Its hit
+ratio in a plan is still measured on the seeds' reads.
 
 Files beside the profiles (``profiles/<dataset>/``), written atomically:
 
 - ``cache_plan.csv`` (:data:`CACHE_PLAN_FILE`): one row per variant, :data:`CACHE_PLAN_COLUMNS`;
-- ``cache_ranking.safetensors`` (:data:`CACHE_RANKING_FILE`): per fanouts ``f`` (key
-  ``25_10``), ``order.<f>`` ``[N]`` int64 node ids in caching order and ``reads.<f>`` ``[N]``
-  their reads over the seeds, plus text metadata (graph size, sampler, seeds). The server and
-  the profiler read it (:func:`read_cache_ranking`) to build their caches; never pickled.
-
-One budget across several variants (``GNNAAS_FEATURE_CACHE_MB``) is split by
-:func:`split_budget`: greedily, a step of bytes at a time, to the variant whose hit ratio gains
-most for it, weighted by its traffic share; :func:`assign_cache_nodes` turns the split into node
-ids. Both, and :class:`NodeRanking`, live in :mod:`gnnaas.profiling.cachebudget` (the server's
-part: no sampling, no file) and are re-exported here.
+- ``cache_ranking.safetensors`` (:data:`~gnnaas.runtime.caches.CACHE_RANKING_FILE`): the
+  caching order per fanouts, the format of :mod:`gnnaas.runtime.caches`, which reads it back
+  (:func:`~gnnaas.runtime.caches.read_cache_ranking`) when the server and the profiler build their
+  caches, and splits one budget over several variants
+  (:func:`~gnnaas.runtime.caches.split_budget`).
 
 Example:
     >>> variants = [PlannedVariant("1x", 1433, (25, 10)), PlannedVariant("8x", 179, (25, 10))]
@@ -51,7 +46,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from gnnaas.profiling.cachebudget import NodeRanking, assign_cache_nodes, split_budget
+from gnnaas.runtime.caches import (
+    CACHE_RANKING_FILE,
+    RANKING_FORMAT,
+    NodeRanking,
+    _neighbor_counts,
+    _rank,
+    fanout_key,
+    fanout_text,
+)
+from gnnaas.runtime.graph import SAMPLER, RuntimeGraph
 from gnnaas.typing import PathType
 from gnnaas.utils import atomic_write_bytes, atomic_write_text
 
@@ -64,21 +68,15 @@ __all__ = [
     "CACHE_RANKING_FILE",
     "CachePlan",
     "CachePlanRow",
-    "NodeRanking",
     "PlannedVariant",
-    "assign_cache_nodes",
     "count_reads",
-    "degree_ranking",
     "plan_cache",
-    "read_cache_ranking",
-    "split_budget",
     "write_cache_plan",
 ]
 
 _log = logging.getLogger(__name__)
 
 CACHE_PLAN_FILE = "cache_plan.csv"
-CACHE_RANKING_FILE = "cache_ranking.safetensors"
 CACHE_PLAN_COLUMNS: tuple[str, ...] = (
     "dataset",
     "variant",
@@ -99,8 +97,6 @@ CACHE_PLAN_COLUMNS: tuple[str, ...] = (
 )
 """Columns of ``cache_plan.csv``: ``fanouts`` as ``25-10``; ``cached_frac`` = cached nodes / all
 nodes; ``hit_ratio`` in [0, 1]; ``seeds`` is ``val`` or the recorded traffic file's name."""
-
-_RANKING_FORMAT = "1"
 
 
 @dataclass(frozen=True)
@@ -166,7 +162,7 @@ class CachePlan:
         seeds (str): ``val`` or the recorded traffic's name.
         num_seeds (int): planning seeds.
         batch_size (int): seeds per sampled batch.
-        sampling (str): the serving sampler's mode.
+        sampling (str): the serving sampler (:data:`~gnnaas.runtime.SAMPLER`).
         sampler_seed (int): the serving sampler's seed.
         rows (list[CachePlanRow]): one per variant, in the order given.
         rankings (dict[tuple[int, ...], NodeRanking]): the caching order per fanouts.
@@ -195,7 +191,7 @@ class CachePlan:
             {
                 "dataset": self.dataset,
                 "variant": r.variant,
-                "fanouts": _fanout_text(r.fanouts),
+                "fanouts": fanout_text(r.fanouts),
                 "features_kept": r.features_kept,
                 "row_bytes": r.row_bytes,
                 "budget_mb": self.budget_bytes / 2**20,
@@ -254,40 +250,6 @@ def count_reads(
     return reads
 
 
-def _neighbor_counts(col: Tensor, num_nodes: int) -> Tensor:
-    """``[N]`` int64: in how many in-neighbor lists each node appears."""
-    return torch.bincount(col, minlength=num_nodes)
-
-
-def _rank(primary: Tensor, secondary: Tensor) -> Tensor:
-    """Node ids by ``primary`` descending, then ``secondary`` descending, then id ascending."""
-    order = torch.sort(secondary, descending=True, stable=True).indices
-    return order[torch.sort(primary[order], descending=True, stable=True).indices]
-
-
-def degree_ranking(col: Tensor, num_nodes: int) -> NodeRanking:
-    """The no-sampling fallback: nodes by how many in-neighbor lists name them.
-
-    Args:
-        col (Tensor): ``[E]`` the CSR's in-neighbors (``store.col``).
-        num_nodes (int): nodes of the graph.
-
-    Returns:
-        NodeRanking: the order, with the neighbor counts as reads (a proxy of the traffic).
-    """
-    counts = _neighbor_counts(col, num_nodes)
-    order = _rank(counts, torch.zeros_like(counts))
-    return NodeRanking(order, counts[order])
-
-
-def _fanout_text(fanouts: Sequence[int]) -> str:
-    return "-".join(str(int(f)) for f in fanouts)
-
-
-def _fanout_key(fanouts: Sequence[int]) -> str:
-    return "_".join(str(int(f)) for f in fanouts)
-
-
 def plan_cache(
     store: GraphStore,
     variants: Sequence[PlannedVariant],
@@ -298,7 +260,6 @@ def plan_cache(
     by: Literal["access", "degree"] = "access",
     batch_size: int = 1024,
     sampler_seed: int = 0,
-    sampling: str = "depth",
     progress: bool = False,
 ) -> CachePlan:
     """Plans each variant's cache for ``budget_bytes`` of device memory (each alone).
@@ -314,7 +275,6 @@ def plan_cache(
             in-neighbor lists first. (default: ``"access"``)
         batch_size (int, optional): seeds per sampled batch. (default: ``1024``)
         sampler_seed (int, optional): the server's ``GNNAAS_SEED``. (default: ``0``)
-        sampling (str, optional): the server's ``GNNAAS_SAMPLING``. (default: ``"depth"``)
         progress (bool, optional): show progress bars while counting. (default: ``False``)
 
     Returns:
@@ -323,8 +283,6 @@ def plan_cache(
     Raises:
         ValueError: no variants, ``budget_bytes < 1``, an unknown ``by``, or no seeds.
     """
-    from gnnaas.sampling import serving_sampler
-
     if not variants:
         raise ValueError("plan_cache: variants must name at least one variant (got none)")
     if isinstance(budget_bytes, bool) or int(budget_bytes) < 1:
@@ -336,11 +294,10 @@ def plan_cache(
         raise ValueError(f"plan_cache: no planning seeds ({seeds_name} of {store.name} is empty)")
     num_nodes = int(store.num_nodes)
     neighbor_counts = _neighbor_counts(store.col, num_nodes)
+    graph = RuntimeGraph(store, seed=sampler_seed)
     rankings: dict[tuple[int, ...], NodeRanking] = {}
     for fanouts in dict.fromkeys(tuple(int(f) for f in v.fanouts) for v in variants):
-        sampler = serving_sampler(
-            store.rowptr, store.col, fanouts, seed=sampler_seed, mode=sampling
-        )
+        sampler = graph.sampler(fanouts)
         reads = count_reads(sampler, seeds, num_nodes, batch_size=batch_size, progress=progress)
         if by == "access":
             order = _rank(reads, neighbor_counts)
@@ -370,7 +327,7 @@ def plan_cache(
         seeds=seeds_name,
         num_seeds=int(seeds.numel()),
         batch_size=batch_size,
-        sampling=sampling,
+        sampling=SAMPLER,
         sampler_seed=sampler_seed,
         rows=rows,
         rankings=rankings,
@@ -398,11 +355,11 @@ def write_cache_plan(plan: CachePlan, folder: PathType) -> tuple[Path, Path]:
     atomic_write_text(table, buf.getvalue())
     tensors: dict[str, Tensor] = {}
     for fanouts, ranking in plan.rankings.items():
-        key = _fanout_key(fanouts)
+        key = fanout_key(fanouts)
         tensors[f"order.{key}"] = ranking.order.contiguous()
         tensors[f"reads.{key}"] = ranking.reads.contiguous()
     metadata = {
-        "format": _RANKING_FORMAT,
+        "format": RANKING_FORMAT,
         "dataset": plan.dataset,
         "num_nodes": str(plan.num_nodes),
         "num_edges": str(plan.num_edges),
@@ -417,55 +374,3 @@ def write_cache_plan(plan: CachePlan, folder: PathType) -> tuple[Path, Path]:
     ranking_path = folder / CACHE_RANKING_FILE
     atomic_write_bytes(ranking_path, save(tensors, metadata=metadata))
     return table, ranking_path
-
-
-def read_cache_ranking(
-    folder: PathType,
-    fanouts: Sequence[int],
-    *,
-    num_nodes: int,
-    num_edges: int,
-    sampler_seed: int = 0,
-    sampling: str = "depth",
-) -> tuple[NodeRanking | None, str]:
-    """The planned caching order for ``fanouts``, if ``folder`` holds one for this graph.
-
-    Args:
-        folder (str or PathLike): ``profiles/<dataset>``.
-        fanouts (Sequence[int]): the variant's fanouts.
-        num_nodes (int): nodes of the served graph.
-        num_edges (int): edges of the served graph.
-        sampler_seed (int, optional): the server's sampler seed. (default: ``0``)
-        sampling (str, optional): the server's sampler mode. (default: ``"depth"``)
-
-    Returns:
-        tuple[NodeRanking | None, str]: the ranking and where it comes from, or ``None`` and
-        why there is none (no file, another graph or sampler, no plan for these fanouts).
-    """
-    from safetensors import SafetensorError, safe_open
-
-    path = Path(folder) / CACHE_RANKING_FILE
-    if not path.is_file():
-        return None, f"no {CACHE_RANKING_FILE} in {path.parent}"
-    key = _fanout_key(fanouts)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            expected = {
-                "format": _RANKING_FORMAT,
-                "num_nodes": str(num_nodes),
-                "num_edges": str(num_edges),
-                "sampling": sampling,
-                "sampler_seed": str(sampler_seed),
-            }
-            stale = [k for k, v in expected.items() if meta.get(k) != v]
-            if stale:
-                return None, f"{path} was planned for another graph or sampler ({', '.join(stale)})"
-            if f"order.{key}" not in f.keys():  # safe_open has no __contains__
-                return None, f"{path} has no plan for fanouts {_fanout_text(fanouts)}"
-            order, reads = f.get_tensor(f"order.{key}"), f.get_tensor(f"reads.{key}")
-    except (OSError, SafetensorError) as exc:
-        return None, f"{path} is unreadable ({exc})"
-    if order.shape != (num_nodes,) or reads.shape != (num_nodes,):
-        return None, f"{path} holds a ranking of another size"
-    return NodeRanking(order.long(), reads.long()), f"{path} (by {meta.get('by', '?')})"

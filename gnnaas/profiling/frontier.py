@@ -2,18 +2,13 @@
 
 The report says which variant a request gets, so it asks the router's own code instead of
 restating its rule: :func:`read_router_view` builds the candidates exactly as the server does
-(:func:`gnnaas.serving.core.profiles.read_profile_tables` and
-:func:`~gnnaas.serving.core.profiles.profile_of`, then
-:class:`gnnaas.serving.core.policy.Candidate`, the precomputed ``<base>@exact`` variants being
-lookups), drops the variants another dominates (:func:`gnnaas.serving.core.policy.dominated`) and
-:func:`tolerance_table` asks
-:func:`gnnaas.serving.core.policy.select_variant` for each tolerance and request size. One rule, one
-answer: the report cannot pick another variant than the router, and a change to the policy
-changes the report with it.
-
-That runs against the package order (``profiling → serving``), for the report only: the serving
-modules are imported inside the functions that call them (pure Python, no FastAPI), and the
-server never imports this module.
+(:func:`gnnaas.profiling.profiles.read_profile_tables` and
+:func:`~gnnaas.profiling.profiles.profile_of`, then :class:`gnnaas.policy.Candidate`, the
+precomputed ``<base>@exact`` variants being lookups), drops the variants another dominates
+(:func:`gnnaas.policy.dominated`) and :func:`tolerance_table` asks the router's decision
+(:meth:`gnnaas.policy.DecisionTable.decide` on an idle load) for each tolerance and request
+size. One rule, one answer: the report cannot pick another variant than the router, and a change
+to the policy changes the report with it.
 
 Example:
     >>> view = read_router_view("profiles/Cora")  # doctest: +SKIP
@@ -31,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from gnnaas.errors import ArtifactError
+from gnnaas.policy import TIE_MARGIN
 from gnnaas.typing import PathType
 
 if TYPE_CHECKING:
-    from gnnaas.serving.core.policy import Candidate
+    from gnnaas.policy import Candidate
 
 __all__ = [
     "REQUEST_SIZES",
@@ -51,9 +47,8 @@ TOLERANCES: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0)
 """Accuracy tolerances (points) of the tolerance table and plot."""
 REQUEST_SIZES: tuple[int, ...] = (1, 64)
 """Request sizes (target nodes) at which the report asks the router for its pick."""
-ROUTER_TIE_MARGIN = 0.1
-"""The server's default ``GNNAAS_TIE_MARGIN``: predicted times within this fraction of the
-smallest are ties, won by the most accurate (:func:`gnnaas.serving.core.policy.select_variant`)."""
+ROUTER_TIE_MARGIN = TIE_MARGIN
+"""The server's default ``GNNAAS_TIE_MARGIN`` (:data:`gnnaas.policy.TIE_MARGIN`)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,7 @@ class RouterView:
     Args:
         candidates (tuple[Candidate, ...]): the routable variants, in ``profiles.csv`` order.
         dominated_by (Mapping[str, str], optional): dominated id → an id that dominates it
-            (:func:`gnnaas.serving.core.policy.dominated`). (default: none)
+            (:func:`gnnaas.policy.dominated`). (default: none)
         lookups (frozenset[str], optional): the precomputed variants. (default: none)
         not_routed (Mapping[str, str], optional): profiled variants the router would not route
             to, with the reason. (default: none)
@@ -94,9 +89,9 @@ def router_view(
         not_routed (Mapping[str, str], optional): variants left out, with why. (default: none)
 
     Returns:
-        RouterView: the candidates and :func:`gnnaas.serving.core.policy.dominated` of them.
+        RouterView: the candidates and :func:`gnnaas.policy.dominated` of them.
     """
-    from gnnaas.serving.core.policy import dominated
+    from gnnaas.policy import dominated
 
     return RouterView(
         tuple(candidates),
@@ -109,8 +104,8 @@ def router_view(
 def read_router_view(profiles_dir: PathType, split: str = "val") -> RouterView:
     """The candidates the server builds from ``profiles.csv`` and ``service_times.csv``.
 
-    The server's own readers (:mod:`gnnaas.serving.core.profiles`) turn each variant's ``split`` row
-    and service curve into a :class:`~gnnaas.serving.core.policy.Candidate`, so the report routes
+    The server's own readers (:mod:`gnnaas.profiling.profiles`) turn each variant's ``split`` row
+    and service curve into a :class:`~gnnaas.policy.Candidate`, so the report routes
     on what the router routes on. The server's sampler and execution settings are not known
     here: a curve is taken as measured.
 
@@ -124,8 +119,8 @@ def read_router_view(profiles_dir: PathType, split: str = "val") -> RouterView:
     Raises:
         ArtifactError: ``profiles.csv`` is missing or unreadable.
     """
-    from gnnaas.serving.core.policy import Candidate
-    from gnnaas.serving.core.profiles import profile_of, read_profile_tables
+    from gnnaas.policy import Candidate
+    from gnnaas.profiling.profiles import profile_of, read_profile_tables
     from gnnaas.variants.manifest import EXACT_SUFFIX
 
     folder = Path(profiles_dir)
@@ -154,11 +149,11 @@ def frontier_table(view: RouterView, sizes: Sequence[int] = REQUEST_SIZES) -> pd
 
     Returns:
         pandas.DataFrame: ``variant, accuracy, admitted_from`` (the smallest tolerance that
-        admits it, :func:`gnnaas.serving.core.policy.admitting_tolerances`), ``service_ms_<n>`` per
+        admits it, :func:`gnnaas.policy.admitting_tolerances`), ``service_ms_<n>`` per
         size (its predicted service time, idle), ``on_frontier``, ``dominated_by`` (empty on the
         frontier) and ``lookup``, in the candidates' order.
     """
-    from gnnaas.serving.core.policy import admitting_tolerances
+    from gnnaas.policy import admitting_tolerances
 
     admitted_from = admitting_tolerances(view.candidates)
     rows = []
@@ -180,7 +175,7 @@ def frontier_table(view: RouterView, sizes: Sequence[int] = REQUEST_SIZES) -> pd
 def _baseline(frontier: Sequence[Candidate]) -> Candidate:
     """The most accurate candidate: the one the paired differences are taken against, else the
     first of the highest accuracy."""
-    from gnnaas.serving.core.policy import paired_comparable
+    from gnnaas.policy import paired_comparable
 
     if paired_comparable(frontier):
         best = frontier[0].paired.best_variant if frontier[0].paired is not None else None
@@ -201,17 +196,16 @@ def tolerance_table(
 ) -> pd.DataFrame:
     """The variant an idle router picks per tolerance and request size, and its test loss.
 
-    The pick is ``select_variant(RequestSpec(n, tolerance=N), frontier, None,
-    tie_margin=tie_margin)``, the router's own function on the candidates it routes among (the
-    frontier of :func:`read_router_view`): the report applies the router's rule instead of a
-    copy of it, so it names the variant the router serves (one rule, one answer). Nothing is
-    queued (``snapshot=None``); under load the router ranks by predicted completion with the
-    queued work and may move to a faster admissible variant.
+    The pick is the router's own decision (:meth:`gnnaas.policy.DecisionTable.decide`) on the
+    candidates it routes among (the frontier of :func:`read_router_view`) with nothing queued:
+    the report applies the router's rule instead of a copy of it, so it names the variant the
+    router serves (one rule, one answer). Under load the router ranks by predicted completion
+    with the queued work and may move to a faster admissible variant.
 
-    Admission is :func:`gnnaas.serving.core.policy.candidates_within`: the paired rule of
-    :func:`gnnaas.profiling.uncertainty.admissible` when every frontier variant has a paired
-    difference against the same best variant (``rule`` = ``paired interval``), else the point
-    rule ``loss <= N`` (``point estimate``).
+    Admission is :func:`gnnaas.policy.candidates_within`: the paired rule of
+    :func:`gnnaas.policy.admissible` when every frontier variant has a paired difference against
+    the same best variant (``rule`` = ``paired interval``), else the point rule ``loss <= N``
+    (``point estimate``).
 
     Args:
         view (RouterView): the router's candidates (:func:`read_router_view`).
@@ -238,11 +232,14 @@ def tolerance_table(
     Raises:
         ValueError: ``view`` has no candidates.
     """
-    from gnnaas.serving.core.policy import RequestSpec, paired_comparable, select_variant
+    from gnnaas.policy import DecisionTable, LoadSnapshot, RequestSpec, paired_comparable
 
     frontier = view.frontier
     if not frontier:
         raise ValueError("tolerance_table: no routable variants (got none)")
+    idle = LoadSnapshot()
+    router = DecisionTable(frontier, lookups=view.lookups, tie_margin=tie_margin)
+    fastest_first = DecisionTable(frontier, lookups=view.lookups, tie_margin=0.0)
     by_id = {c.variant_id: c for c in frontier}
     base = _baseline(frontier)
     paired = paired_comparable(frontier)
@@ -251,10 +248,11 @@ def tolerance_table(
     for tol in tolerances:
         for n in sizes:
             request = RequestSpec(int(n), tolerance=float(tol))
-            chosen = select_variant(request, frontier, None, tie_margin=tie_margin)
-            fastest = select_variant(request, frontier, None, tie_margin=0.0)
+            chosen = router.decide(request, idle)
+            fastest = fastest_first.decide(request, idle)
             pick = by_id[chosen.variant_id]
             base_ms = base.service.predict_batched(int(n))
+            pick_ms = pick.service.predict_batched(int(n))  # idle: as profiled
             loss_lo = loss_hi = math.nan
             if paired and pick.paired is not None:
                 loss_lo, loss_hi = -pick.paired.hi, -pick.paired.lo
@@ -266,8 +264,8 @@ def tolerance_table(
                 "baseline_ms": base_ms,
                 "variant": pick.variant_id,
                 "accuracy": pick.accuracy,
-                "predicted_ms": chosen.predicted_ms,
-                "relative_time": chosen.predicted_ms / base_ms if base_ms > 0 else math.nan,
+                "predicted_ms": pick_ms,
+                "relative_time": pick_ms / base_ms if base_ms > 0 else math.nan,
                 "fastest": fastest.variant_id,
                 "admissible": len(chosen.considered),
                 "rule": "paired interval" if paired else "point estimate",

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from gnnaas.policy import admissible
 from gnnaas.profiling._figures import (
     ARCH_MARKERS,
     arch_handles,
@@ -24,7 +25,6 @@ from gnnaas.profiling._figures import (
     prune_handles,
     save_png,
 )
-from gnnaas.profiling.uncertainty import admissible
 
 __all__ = ["accuracy_intervals", "pareto", "tolerance"]
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from gnnaas.errors import ArtifactError
+from gnnaas.policy import LOSS_MARGIN
 from gnnaas.profiling.analysis import (
     VAL_TEST_TOLERANCE,
     display_order,
@@ -56,7 +57,6 @@ from gnnaas.profiling.frontier import (
     tolerance_table,
 )
 from gnnaas.profiling.table import PROFILES_FILE, read_profiles
-from gnnaas.profiling.uncertainty import TIE_MARGIN
 from gnnaas.typing import PathType
 from gnnaas.utils import atomic_write_text
 
@@ -263,12 +263,12 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
         ]
     sizes = " and ".join(_nodes(int(n)) for n in dict.fromkeys(table["num_nodes"]))
     lines.append(
-        "The router's own rule (gnnaas.serving.core.policy), applied to the candidates the server "
+        "The router's own rule (gnnaas.policy), applied to the candidates the server "
         "builds from profiles.csv and service_times.csv. Admission: with loss L = the most "
         "accurate variant's validation accuracy minus a variant's, and [L_lo, L_hi] its paired "
         "95% interval, the variant is admissible under tolerance N when L_lo ≤ N (its loss is "
-        f"not measurably above N) and L_hi ≤ N + {TIE_MARGIN:g} (with 95% confidence it loses "
-        f"at most N + {TIE_MARGIN:g} points); N = 0 admits the variants statistically tied with "
+        f"not measurably above N) and L_hi ≤ N + {LOSS_MARGIN:g} (with 95% confidence it loses "
+        f"at most N + {LOSS_MARGIN:g} points); N = 0 admits the variants statistically tied with "
         "the best. Among the admissible variants on the frontier (section 4) the router "
         "predicts each one's time from its service curve at the request's size; times within "
         f"{100 * tie_margin:g} % of the smallest (GNNAAS_TIE_MARGIN) are ties, which go to the "
@@ -288,7 +288,7 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
         "*test loss vs test best* = the most accurate variant on the test split minus the pick "
         "(a stricter figure, with its paired 95% interval: the best of many variants on the "
         "test split is also the luckiest there). *Promise kept*: test loss vs baseline "
-        f"≤ N + {TIE_MARGIN:g}, the promise a tolerance makes (against the most accurate "
+        f"≤ N + {LOSS_MARGIN:g}, the promise a tolerance makes (against the most accurate "
         "variant, on data like the validation split)."
     )
     base = table.iloc[0]
@@ -354,7 +354,7 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
 def _kept(loss: float, tolerance: float) -> str:
     if not math.isfinite(loss):
         return "n/a"
-    return "yes" if loss <= tolerance + TIE_MARGIN + 1e-9 else "no"
+    return "yes" if loss <= tolerance + LOSS_MARGIN + 1e-9 else "no"
 
 
 def _frontier_section(val: pd.DataFrame, frontier: pd.DataFrame, view: RouterView) -> list[str]:
@@ -367,7 +367,7 @@ def _frontier_section(val: pd.DataFrame, frontier: pd.DataFrame, view: RouterVie
         f"**{len(front)} on the frontier**, {routable - len(front)} dominated. A variant is "
         "dominated when another one is admitted at every tolerance that admits it, is at least "
         "as accurate, and is at most as slow at every batch size of its service curve "
-        "(gnnaas.serving.core.policy.dominated): under any load the router would not prefer "
+        "(gnnaas.policy.dominated): under any load the router would not prefer "
         "it. The server lists dominated variants (with the variant that dominates each, as "
         "section 1 does) but decides each request among the frontier only."
     )

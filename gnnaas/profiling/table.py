@@ -331,21 +331,20 @@ def has_profiles(
     profiles_dir: PathType,
     manifests: Sequence[Manifest],
     *,
-    sampling: str = "depth",
     sampler_seed: int = 0,
 ) -> bool:
     """Whether ``profiles_dir`` holds current profiles of every variant in ``manifests``.
 
     True when both tables are readable in the current format (accuracy intervals present,
     service curves stamped with the serving sampler), every variant has a ``val`` and a ``test``
-    row and service times measured with ``sampling``/``sampler_seed``, and no variant was created
+    row and service times measured with the serving sampler (:data:`gnnaas.runtime.SAMPLER`)
+    keyed by ``sampler_seed``, and no variant was created
     after it was profiled (a regenerated variant needs a new profile). False for an empty
     ``manifests``.
 
     Args:
         profiles_dir (str or PathLike): ``profiles/<dataset>``.
         manifests (Sequence[Manifest]): the repository's variants (``repo.list(dataset)``).
-        sampling (str, optional): the serving sampler's mode. (default: ``"depth"``)
         sampler_seed (int, optional): the serving sampler's seed. (default: ``0``)
 
     Returns:
@@ -360,7 +359,9 @@ def has_profiles(
         return False
     if profiles["diff_best"].isna().all():
         return False  # written before accuracy intervals existed
-    pipeline = (service["sampling"] == sampling) & (service["sampler_seed"] == sampler_seed)
+    from gnnaas.runtime import SAMPLER
+
+    pipeline = (service["sampling"] == SAMPLER) & (service["sampler_seed"] == sampler_seed)
     if not bool(pipeline.all()):
         return False  # curves measured with another serving sampler
     served = set(service["variant"])

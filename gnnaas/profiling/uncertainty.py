@@ -16,27 +16,10 @@ for. This module attaches to every profile row
 - ``tie_best``: whether that paired interval contains 0 (the variant is statistically
   indistinguishable from the best).
 
-**The tolerance rule** (:func:`admissible`). Write the loss against the best as
-``L = -diff_best`` with paired interval ``[L_lo, L_hi] = [-diff_best_hi, -diff_best_lo]``. A
-variant is admissible under tolerance ``N`` points when both
-
-1. ``L_lo <= N``: its loss is not measurably larger than ``N`` (the interval overlaps
-   ``[0, N]``; at ``N = 0`` this is exactly ``tie_best``), and
-2. ``L_hi <= N + TIE_MARGIN``: with 95% confidence it loses at most ``N + 1`` points
-   (:data:`TIE_MARGIN` = 1 point).
-
-So a client asking for ``N`` gets a variant whose validation loss is statistically compatible with
-``N`` and, at the stated confidence, at most ``N + 1`` points on data like the validation split.
-``N = 0`` means "no measurable loss": it admits the best and every variant tied with it whose
-interval is narrow enough (≤ 1 point upper loss), not only the single best estimate, which is
-partly chance. Condition 2 stops small splits from admitting anything: with wide intervals
-(few nodes, variants that disagree on many of them) only variants close to the best survive.
-With large splits the intervals shrink and the rule tends to the point rule ``L <= N``. The rule
-is monotone in ``N`` and always admits the best. Among admissible variants the router picks by
-speed (the selection of docs/architecture.md §6: smallest predicted completion time, ties to the
-more accurate); the report shows that choice by asking the policy
-(:mod:`gnnaas.profiling.frontier`). Without interval columns (profiles written before they
-existed) it falls back to the point rule ``L <= N``.
+These columns are what the tolerance rule reads (:mod:`gnnaas.policy.rule`: a variant is
+admissible under tolerance ``N`` when its loss is not measurably above ``N`` and, with 95%
+confidence, at most ``N`` plus a margin); the report shows the router's choices
+(:mod:`gnnaas.profiling.frontier`).
 
 Example:
     >>> import numpy as np
@@ -58,17 +41,12 @@ import numpy as np
 
 __all__ = [
     "INTERVAL_COLUMNS",
-    "TIE_MARGIN",
     "accuracy_interval",
     "add_accuracy_intervals",
-    "admissible",
     "bootstrap_accuracies",
     "paired_bootstrap",
     "wilson_interval",
 ]
-
-TIE_MARGIN = 1.0
-"""Points the 95% upper loss bound may exceed the tolerance by (rule condition 2)."""
 
 INTERVAL_COLUMNS: tuple[str, ...] = (
     "accuracy_lo",
@@ -291,55 +269,6 @@ def paired_bootstrap(
     lo, hi = np.fmin(lo, diff), np.fmax(hi, diff)
     diff[reference] = lo[reference] = hi[reference] = 0.0
     return diff, lo, hi
-
-
-def admissible(
-    diff_best: float,
-    diff_best_lo: float,
-    diff_best_hi: float,
-    tolerance: float,
-    *,
-    margin: float = TIE_MARGIN,
-) -> bool:
-    """Whether a variant may serve a request with accuracy tolerance ``tolerance`` points.
-
-    The rule of this module's docstring: with loss ``L = -diff_best`` and paired interval
-    ``[L_lo, L_hi] = [-diff_best_hi, -diff_best_lo]``, admit when ``L_lo <= tolerance`` (the
-    loss is not measurably above the tolerance) and ``L_hi <= tolerance + margin`` (with 95%
-    confidence it loses at most ``tolerance + margin`` points). When the interval is unknown
-    (NaN, profiles from before intervals existed) the point rule ``L <= tolerance`` applies.
-
-    Args:
-        diff_best (float): accuracy minus the best variant's (points, ≤ 0).
-        diff_best_lo (float): lower end of its paired 95% interval.
-        diff_best_hi (float): upper end of its paired 95% interval.
-        tolerance (float): the client's tolerance in accuracy points (≥ 0).
-        margin (float, optional): how far the upper loss bound may exceed the tolerance.
-            (default: :data:`TIE_MARGIN`)
-
-    Returns:
-        bool: whether the variant is admissible. False when ``diff_best`` is NaN.
-
-    Example:
-        >>> admissible(-0.2, -0.6, 0.2, 0.0)  # tied with the best, interval narrow
-        True
-        >>> admissible(-3.0, -3.5, -2.5, 2.0)  # measurably more than 2 points worse
-        False
-    """
-    if not tolerance >= 0:  # also rejects NaN
-        raise ValueError(f"admissible: tolerance must be a number >= 0 (got {tolerance})")
-    if diff_best is None or not math.isfinite(diff_best):
-        return False
-    loss = -float(diff_best)
-    if (
-        diff_best_lo is None
-        or diff_best_hi is None
-        or not math.isfinite(diff_best_lo)
-        or not math.isfinite(diff_best_hi)
-    ):
-        return loss <= tolerance + _EPS
-    loss_lo, loss_hi = -float(diff_best_hi), -float(diff_best_lo)
-    return loss_lo <= tolerance + _EPS and loss_hi <= tolerance + margin + _EPS
 
 
 def _nan_columns(row: dict[str, Any]) -> None:

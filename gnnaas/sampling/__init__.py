@@ -3,10 +3,11 @@
 :class:`NeighborSampler` (``neighbor.py``) has PyG ``NeighborLoader`` semantics, in torch ops only;
 its :class:`SampledSubgraph` holds one :class:`Block` per layer (``subgraph.py``). ``hashing.py``
 has the counter-based hash behind its draws. :class:`DepthSampler` (``depth.py``) is the serving
-sampler, built by :func:`serving_sampler` for the server, the profiler and evaluation alike.
+sampler, built by the runtime (:meth:`gnnaas.runtime.RuntimeGraph.sampler`) for the server, the
+profiler and evaluation alike.
 """
 
-from gnnaas.sampling.depth import DepthSampler, serving_sampler
+from gnnaas.sampling.depth import DepthSampler
 from gnnaas.sampling.neighbor import NeighborSampler
 from gnnaas.sampling.subgraph import Block, SampledSubgraph
 
@@ -15,5 +16,4 @@ __all__ = [
     "DepthSampler",
     "NeighborSampler",
     "SampledSubgraph",
-    "serving_sampler",
 ]

@@ -11,9 +11,9 @@ between equal (node, depth) pairs, whose subtrees are identical. The seed's comp
 therefore exactly the one it has alone, and requests still share work where their trees overlap.
 Each depth is one call to a one-hop consistent :class:`~gnnaas.sampling.NeighborSampler`.
 
-:func:`serving_sampler` is how the server builds its sampler for a variant's fanouts; the profiler
-and evaluation during generation build theirs with it too, so every figure measures the served
-pipeline.
+It is the serving sampler: the runtime builds one per graph and fanouts
+(:meth:`gnnaas.runtime.RuntimeGraph.sampler`) for the server, the profiler and evaluation during
+generation alike, so every figure measures the served pipeline.
 
 Shapes:
     - **input:** ``seeds`` ``[B]`` unique int64 node ids.
@@ -40,9 +40,7 @@ from gnnaas.sampling import fastpath
 from gnnaas.sampling.neighbor import NeighborSampler
 from gnnaas.sampling.subgraph import Block, SampledSubgraph
 
-__all__ = ["DepthSampler", "LiveAdjacency", "serving_sampler"]
-
-_MODES = ("depth", "shared")
+__all__ = ["DepthSampler", "LiveAdjacency"]
 
 # Distinct, fixed keys per depth; depth d of seed s draws with seed s + d * _DEPTH_STRIDE.
 _DEPTH_STRIDE = 1_000_003
@@ -177,41 +175,3 @@ def _check_live_seeds(seeds: Tensor, num_nodes: int) -> Tensor:
     if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= num_nodes):
         raise ValueError(f"DepthSampler.sample: seeds must be node ids in [0, {num_nodes})")
     return seeds
-
-
-def serving_sampler(
-    rowptr: Tensor,
-    col: Tensor,
-    fanouts: Sequence[int],
-    *,
-    seed: int = 0,
-    mode: str = "depth",
-) -> DepthSampler | NeighborSampler:
-    """The serving sampler of a graph for given fanouts (server, profiler and evaluation alike).
-
-    Args:
-        rowptr (Tensor): ``[N + 1]`` int64 CSR row pointer over incoming edges.
-        col (Tensor): ``[E]`` int64 in-neighbors.
-        fanouts (Sequence[int]): neighbors per target for each hop, PyG order; ``-1`` keeps all.
-        seed (int, optional): key of the hashed draws (the server's ``GNNAAS_SEED``).
-            (default: ``0``)
-        mode (str, optional): ``depth``: :class:`DepthSampler`, a node's answer never depends on
-            its batch-mates; ``shared``: ``NeighborSampler(consistent=True)``, a little faster,
-            answers can drift slightly when batch-mates are neighbors. (default: ``"depth"``)
-
-    Returns:
-        DepthSampler | NeighborSampler: the sampler.
-
-    Raises:
-        ValueError: an unknown ``mode``.
-
-    Example:
-        >>> rowptr, col = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
-        >>> serving_sampler(rowptr, col, (2, 2))
-        DepthSampler(fanouts=(2, 2), seed=0)
-    """
-    if mode not in _MODES:
-        raise ValueError(f"serving_sampler: mode must be 'depth' or 'shared' (got {mode!r})")
-    if mode == "depth":
-        return DepthSampler(rowptr, col, fanouts, seed=seed)
-    return NeighborSampler(rowptr, col, list(fanouts), consistent=True, seed=seed)

@@ -2,14 +2,14 @@
 
 Three rooms, imports one way (``http`` and ``deploy`` import ``core``, never the reverse):
 
-- ``core/``: what decides and computes, plain Python free of FastAPI types: the variant registry
-  and profiles, the selection policy, the dynamic batcher, the router with its measured load,
-  reloads, metrics, drift, the settings and the live graph's writer;
+- ``core/``: what decides and computes, plain Python free of FastAPI types: the variant registry,
+  the generations of lanes, the dynamic batcher, the router with its measured load (deciding with
+  :mod:`gnnaas.policy`), reloads, metrics, drift, the settings and the live graph's writer;
 - ``http/``: the FastAPI app (:func:`create_app`), its edge and predict fast lane, the routes,
   request parsing, dependencies and schemas (the HTTP contract of docs/architecture.md);
 - ``deploy/``: one app in N worker processes on one machine, and on Ray Serve.
 
-Names resolve lazily (PEP 562): importing the policy or the batcher does not load FastAPI, and
+Names resolve lazily (PEP 562): importing the router or the batcher does not load FastAPI, and
 nothing here loads training or plotting code.
 """
 
@@ -22,16 +22,6 @@ from gnnaas._lazy import attach
 if TYPE_CHECKING:
     from gnnaas.serving.core.batcher import Batched, Batcher, BatchStats
     from gnnaas.serving.core.metrics import ServingMetrics
-    from gnnaas.serving.core.policy import (
-        Candidate,
-        LoadSnapshot,
-        RequestSpec,
-        Selection,
-        ServiceCurve,
-        VariantLoad,
-        select_variant,
-    )
-    from gnnaas.serving.core.profiles import VariantProfile
     from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
     from gnnaas.serving.core.reload import Reloader, ReloadError, ReloadSummary
     from gnnaas.serving.core.router import NotFoundError, Prediction, Router
@@ -42,16 +32,6 @@ _SOURCES = {
     "http.app": ("create_app",),
     "core.batcher": ("BatchStats", "Batched", "Batcher"),
     "core.metrics": ("ServingMetrics",),
-    "core.policy": (
-        "Candidate",
-        "LoadSnapshot",
-        "RequestSpec",
-        "Selection",
-        "ServiceCurve",
-        "VariantLoad",
-        "select_variant",
-    ),
-    "core.profiles": ("VariantProfile",),
     "core.registry": ("ServedDataset", "ServingVariant", "VariantRegistry"),
     "core.reload": ("ReloadError", "ReloadSummary", "Reloader"),
     "core.router": ("NotFoundError", "Prediction", "Router"),
@@ -62,26 +42,18 @@ __all__ = [
     "BatchStats",
     "Batched",
     "Batcher",
-    "Candidate",
-    "LoadSnapshot",
     "NotFoundError",
     "Prediction",
     "ReloadError",
     "ReloadSummary",
     "Reloader",
-    "RequestSpec",
     "Router",
-    "Selection",
     "ServedDataset",
-    "ServiceCurve",
     "ServingMetrics",
     "ServingVariant",
     "Settings",
-    "VariantLoad",
-    "VariantProfile",
     "VariantRegistry",
     "create_app",
-    "select_variant",
 ]
 
 

@@ -20,7 +20,7 @@ little training:
 :func:`derive_variants` applies the axes to the variants near the most accurate one (the dense
 frontier that small tolerances need) and stores each one with its ``axes``, its ``base`` and its
 accuracy measured through the serving path. Which variants are then worth routing is the
-router's and the report's business (dominance on the profiles, :mod:`gnnaas.serving.core.policy`).
+router's and the report's business (dominance on the profiles, :mod:`gnnaas.policy`).
 """
 
 from __future__ import annotations
@@ -153,9 +153,9 @@ def fanout_candidates(train_fanouts: Sequence[int], limit: int = 4) -> list[tupl
 
 
 def _sampled_rows(store: GraphStore, fanouts: Sequence[int], seeds: Tensor, seed: int) -> int:
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import RuntimeGraph
 
-    sampler = serving_sampler(store.rowptr, store.col, tuple(fanouts), seed=seed)
+    sampler = RuntimeGraph(store, seed=seed).sampler(fanouts)
     return int(sampler.sample(seeds).n_id.numel())
 
 
@@ -223,13 +223,13 @@ def int8_speedup(
     import torch
 
     from gnnaas.models.quantize import calibrate_int8, int8_available, quantize_int8
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import RuntimeGraph
 
     if not int8_available():
         return 0.0
     gen = torch.Generator().manual_seed(1)
     seeds = torch.randperm(store.num_nodes, generator=gen)[: min(_PROBE_SEEDS, store.num_nodes)]
-    sub = serving_sampler(store.rowptr, store.col, tuple(fanouts)).sample(seeds.sort().values)
+    sub = RuntimeGraph(store).sampler(fanouts).sample(seeds.sort().values)
     x = store.feature_subset(list(keep))[sub.n_id]  # [N_s, F_kept]
     blocks = list(sub.blocks)
     quantized = quantize_int8(model.eval(), calibrate_int8(model, [(x, blocks)]))
@@ -247,11 +247,11 @@ def _calibration_batches(
     fanouts: a GIN's sums grow with them), for int8 calibration."""
     import torch
 
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import RuntimeGraph
 
     nodes = store.train_idx if store.train_idx.numel() else torch.arange(store.num_nodes)
     order = torch.randperm(nodes.numel(), generator=torch.Generator().manual_seed(0))
-    sampler = serving_sampler(store.rowptr, store.col, tuple(fanouts), seed=seed)
+    sampler = RuntimeGraph(store, seed=seed).sampler(fanouts)
     features = store.feature_subset(list(keep))
     batches = []
     for part in torch.split(nodes[order], _CALIBRATION_SEEDS)[:_CALIBRATION_BATCHES]:

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
-from gnnaas.inference import InferencePath, metric, score_parts
+from gnnaas.inference import metric, score_parts
 from gnnaas.inference.layerwise import (
     DEFAULT_CHUNK_SIZE,
     LayerwiseOutput,
@@ -116,10 +116,9 @@ def _sampled_accuracy(
     nodes: Tensor,
 ) -> float:
     """Accuracy in % of the served sampled pass (the variant's fanouts) on ``nodes``."""
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import sampled_path
 
-    sampler = serving_sampler(graph[0], graph[1], manifest.fanouts)
-    path = InferencePath(model, features, sampler)
+    path = sampled_path(model, features, graph[0], graph[1], manifest.fanouts)
     return 100.0 * evaluate_path(path, store.y, nodes, 1024)
 
 

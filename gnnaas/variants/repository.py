@@ -107,21 +107,34 @@ class VariantRepository:
         """Manifests of the dataset's variants, sorted by variant id.
 
         Hidden folders (temporaries of a running or interrupted save) are skipped; so are folders
-        whose manifest is unreadable or belongs elsewhere, with a warning (``load`` says why).
-        Checksums are not verified here; :meth:`load` does.
+        whose manifest is unreadable or belongs elsewhere, with a warning (:meth:`scan` says
+        why). Checksums are not verified here; :meth:`load` does.
+        """
+        manifests, unreadable = self.scan(dataset)
+        for variant_id, reason in unreadable:
+            _log.warning("skipping variant %s/%s: %s", dataset, variant_id, reason)
+        return manifests
+
+    def scan(self, dataset: str) -> tuple[list[Manifest], list[tuple[str, str]]]:
+        """The dataset's readable manifests (sorted by variant id) and, for every other variant
+        folder, why its manifest cannot be used (hidden folders, a save's temporaries, are
+        skipped).
+
+        Returns:
+            tuple: the manifests, and ``(folder name, reason)`` of the unreadable ones.
         """
         folder = self._dataset_dir(dataset)
         if not folder.is_dir():
-            return []
-        manifests = []
+            return [], []
+        manifests, unreadable = [], []
         for child in sorted(folder.iterdir()):
             if child.name.startswith(".") or not child.is_dir():
                 continue
             try:
                 manifests.append(self._read_manifest(dataset, child.name))
-            except ArtifactError as exc:
-                _log.warning("skipping variant %s/%s: %s", dataset, child.name, exc)
-        return sorted(manifests, key=lambda m: m.variant_id)
+            except (ArtifactError, ConfigError) as exc:
+                unreadable.append((child.name, str(exc)))
+        return sorted(manifests, key=lambda m: m.variant_id), unreadable
 
     def manifest(self, dataset: str, variant_id: str) -> Manifest:
         """Reads and checks one variant's manifest (no checksum; see :meth:`load`).

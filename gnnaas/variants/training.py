@@ -4,7 +4,7 @@ Training is inductive: the model only sees the subgraph induced by the training 
 (``store.induced(store.train_idx)``), sampled with a seeded ``torch.Generator``; validation and
 test run on the full graph through the server's execution path
 (:class:`gnnaas.inference.InferencePath` with the serving sampler,
-:func:`gnnaas.sampling.serving_sampler`), so an evaluation is deterministic, does not depend on
+:func:`gnnaas.runtime.sampled_path`), so an evaluation is deterministic, does not depend on
 the batch size, and scores what the server would answer. Every
 variant of a dataset trains with the same :class:`TrainConfig`; a variant's kept features
 (``keep``) only change the input width.
@@ -192,7 +192,7 @@ def train_model(
     """
     from tqdm import tqdm
 
-    from gnnaas.sampling import NeighborSampler
+    from gnnaas.runtime import training_sampler
 
     start = time.perf_counter()
     config = TrainConfig() if config is None else config
@@ -210,7 +210,7 @@ def train_model(
         raise ValueError(
             f"train_model needs validation nodes for early stopping; store '{store.name}' has none"
         )
-    train_sampler = NeighborSampler(train.rowptr, train.col, config.fanouts, seed=config.seed)
+    train_sampler = training_sampler(train.rowptr, train.col, config.fanouts, seed=config.seed)
 
     torch.manual_seed(config.seed)  # init and dropout
     generator = torch.Generator().manual_seed(config.seed)  # shuffling and sampling
@@ -317,7 +317,7 @@ def evaluate(
     """Accuracy (F1-micro for multi-label) of ``model`` on ``nodes`` of the full graph.
 
     Batches run through the server's execution path (:class:`gnnaas.inference.InferencePath`)
-    with the serving sampler (:func:`gnnaas.sampling.serving_sampler`): each node's sampled
+    with the serving sampler (:func:`gnnaas.runtime.sampled_path`): each node's sampled
     computation tree depends on its id, the depth and ``seed`` only, never on its batch-mates, so
     the result is deterministic and does not depend on ``batch_size`` (up to float summation
     order).
@@ -413,11 +413,9 @@ def _eval_path(
     device: torch.device,
 ) -> InferencePath:
     """The server's execution path over the full graph for ``model`` (which it puts in eval)."""
-    from gnnaas.inference import InferencePath
-    from gnnaas.sampling import serving_sampler
+    from gnnaas.runtime import sampled_path
 
-    sampler = serving_sampler(store.rowptr, store.col, tuple(fanouts), seed=seed)
-    return InferencePath(model, x, sampler, device)
+    return sampled_path(model, x, store.rowptr, store.col, fanouts, seed=seed, device=device)
 
 
 def evaluate_path(path: InferencePath, y: Tensor, nodes: Tensor, batch_size: int) -> float:

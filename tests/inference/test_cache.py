@@ -10,7 +10,7 @@ import torch
 from gnnaas.data.store import GraphStore
 from gnnaas.inference import ExecRequest, Executor, FeatureCache, InferencePath, Transfer
 from gnnaas.models import build_model
-from gnnaas.sampling import serving_sampler
+from gnnaas.sampling import DepthSampler
 
 NUM_CLASSES = 4
 
@@ -40,7 +40,7 @@ def _paths(
     torch.manual_seed(0)
     model = build_model("sage", 5, 16, NUM_CLASSES, num_layers=len(fanouts))
     features = store.feature_subset(torch.arange(0, 10, 2))
-    sampler = serving_sampler(store.rowptr, store.col, fanouts)
+    sampler = DepthSampler(store.rowptr, store.col, fanouts)
     cache = FeatureCache(features, nodes)
     return InferencePath(model, features, sampler), InferencePath(
         model, features, sampler, cache=cache

@@ -10,8 +10,8 @@ import torch
 from gnnaas.data.store import GraphStore
 from gnnaas.inference import ExecRequest, Executor, InferencePath, StageTimes, metric, score_parts
 from gnnaas.models import build_model
-from gnnaas.sampling import DepthSampler, NeighborSampler, serving_sampler
-from gnnaas.serving.core.registry import consistent_sampler_factory
+from gnnaas.runtime import RuntimeGraph
+from gnnaas.sampling import DepthSampler
 
 NUM_CLASSES = 4
 
@@ -39,7 +39,7 @@ def _path(store: GraphStore, fanouts: tuple[int, ...] = (5, 3)) -> InferencePath
     model = build_model("sage", 5, 16, NUM_CLASSES, num_layers=len(fanouts))
     keep = torch.arange(0, 10, 2)
     return InferencePath(
-        model, store.feature_subset(keep), serving_sampler(store.rowptr, store.col, fanouts)
+        model, store.feature_subset(keep), DepthSampler(store.rowptr, store.col, fanouts)
     )
 
 
@@ -126,7 +126,7 @@ def test_one_layer_embeddings_are_copies_of_the_input_features(store: GraphStore
 def test_executor_gives_the_paths_logits(store: GraphStore) -> None:
     # The server's executor and the profiler's path give the same answers for the same seeds.
     path = _path(store)
-    sampler = consistent_sampler_factory()(store, (5, 3))  # how the server builds it
+    sampler = RuntimeGraph(store).sampler((5, 3))  # how the server builds it
     assert isinstance(sampler, DepthSampler) and repr(sampler) == repr(path.sampler)
     executor = Executor(path.model, path.features, sampler, name="rand/sage")
     seeds = torch.arange(0, 120, 3)
@@ -147,16 +147,9 @@ def test_executor_gives_the_paths_logits(store: GraphStore) -> None:
     )
 
 
-def test_shared_mode_is_the_consistent_neighbor_sampler(store: GraphStore) -> None:
-    sampler = serving_sampler(store.rowptr, store.col, (4, 2), seed=5, mode="shared")
-    assert isinstance(sampler, NeighborSampler)
-    with pytest.raises(ValueError, match=r"serving_sampler: mode must be .* \(got 'fast'\)"):
-        serving_sampler(store.rowptr, store.col, (4, 2), mode="fast")
-
-
 def test_rejects_features_of_the_wrong_shape(store: GraphStore) -> None:
     model = build_model("sage", 10, 8, NUM_CLASSES)
-    sampler = serving_sampler(store.rowptr, store.col, (2, 2))
+    sampler = DepthSampler(store.rowptr, store.col, (2, 2))
     with pytest.raises(ValueError, match=r"InferencePath: features must be a 2-D"):
         InferencePath(model, store.x[:, 0], sampler)
 

@@ -12,17 +12,19 @@ from gnnaas.data.store import GraphStore
 from gnnaas.profiling.cacheplan import (
     CACHE_PLAN_COLUMNS,
     CACHE_PLAN_FILE,
-    NodeRanking,
     PlannedVariant,
-    assign_cache_nodes,
     count_reads,
-    degree_ranking,
     plan_cache,
-    read_cache_ranking,
-    split_budget,
     write_cache_plan,
 )
-from gnnaas.sampling import serving_sampler
+from gnnaas.runtime.caches import (
+    NodeRanking,
+    assign_cache_nodes,
+    degree_ranking,
+    read_cache_ranking,
+    split_budget,
+)
+from gnnaas.sampling import DepthSampler
 
 
 def _graph(name: str, edges: list[tuple[int, int]], num_nodes: int, val: list[int]) -> GraphStore:
@@ -53,7 +55,7 @@ def _ratio(plan_row: object) -> Fraction:
 def test_star_one_hop_one_seed_per_batch() -> None:
     # Each leaf's batch reads [leaf, 0]: node 0 four times, each leaf once; 8 reads in all.
     store = star()
-    sampler = serving_sampler(store.rowptr, store.col, (10,))
+    sampler = DepthSampler(store.rowptr, store.col, (10,))
     reads = count_reads(sampler, store.val_idx, 5, batch_size=1)
     assert reads.tolist() == [4, 1, 1, 1, 1]
     variants = [PlannedVariant("wide", 2, (10,)), PlannedVariant("narrow", 1, (10,))]

@@ -20,6 +20,7 @@ from gnnaas.profiling.table import (
     read_profiles,
     read_service_times,
     write_profiles,
+    write_service_times,
 )
 from gnnaas.profiling.uncertainty import INTERVAL_COLUMNS
 
@@ -164,9 +165,14 @@ def test_has_profiles(
         r["diff_best"] = r["accuracy"] - best
     write_profiles(fake_rows, fake_profiles_dir)
     assert has_profiles(fake_profiles_dir, manifests)
-    # Curves measured with another serving sampler are stale too.
-    assert not has_profiles(fake_profiles_dir, manifests, sampling="shared")
+    # Curves measured with another serving sampler (or seed) are stale too.
     assert not has_profiles(fake_profiles_dir, manifests, sampler_seed=1)
+    curves = read_service_times(fake_profiles_dir)
+    curves["sampling"] = "shared"  # a sampler gnnaas no longer serves with
+    write_service_times(curves.to_dict("records"), fake_profiles_dir)
+    assert not has_profiles(fake_profiles_dir, manifests)
+    curves["sampling"] = "depth"
+    write_service_times(curves.to_dict("records"), fake_profiles_dir)
     assert not has_profiles(fake_profiles_dir, [])
     assert not has_profiles(fake_profiles_dir, [*manifests, _Manifest("sage-lasso-16x")])
     # a variant regenerated after profiling needs a new profile

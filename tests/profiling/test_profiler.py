@@ -24,7 +24,7 @@ from gnnaas.profiling.table import (
     read_profiles,
     read_service_times,
 )
-from gnnaas.serving.core.registry import consistent_sampler_factory
+from gnnaas.runtime import RuntimeGraph
 from gnnaas.variants.pipeline import generate_variants
 from gnnaas.variants.repository import VariantRepository
 from gnnaas.variants.training import TrainConfig
@@ -162,7 +162,7 @@ def test_profile_measures_the_served_pipeline(
     result, _ = profiled
     loaded = tiny_repo.load(small_store.name, "sage-random-4x")
     manifest = loaded.manifest
-    sampler = consistent_sampler_factory()(small_store, tuple(manifest.fanouts))
+    sampler = RuntimeGraph(small_store).sampler(manifest.fanouts)
     features = small_store.feature_subset(manifest.kept_features)
     executor = Executor(loaded.model, features, sampler, name="served")
     nodes = small_store.val_idx
@@ -239,7 +239,6 @@ def test_empty_repository(small_store: Any, tmp_path: Path) -> None:
     [
         ({"batch_size": 0}, "batch_size"),
         ({"runs": 0}, "runs"),
-        ({"sampling": "fast"}, r"sampling must be 'depth' or 'shared' \(got 'fast'\)"),
         ({"max_batch_nodes": 0}, r"max_batch_nodes must be an integer >= 1 \(got 0\)"),
     ],
 )

@@ -13,6 +13,15 @@ import pandas as pd
 import pytest
 
 from gnnaas.errors import ArtifactError
+from gnnaas.policy import (
+    Candidate,
+    DecisionTable,
+    LoadSnapshot,
+    PairedDiff,
+    RequestSpec,
+    Selection,
+    ServiceCurve,
+)
 from gnnaas.profiling.analysis import paired_width, perfmodel_caption, ranking_gaps, val_test_gaps
 from gnnaas.profiling.frontier import (
     ROUTER_TIE_MARGIN,
@@ -24,13 +33,11 @@ from gnnaas.profiling.frontier import (
 from gnnaas.profiling.report import PLOT_FILES, _resolve_dir, write_report
 from gnnaas.profiling.table import write_profiles
 from gnnaas.profiling.uncertainty import add_accuracy_intervals
-from gnnaas.serving.core.policy import (
-    Candidate,
-    PairedDiff,
-    RequestSpec,
-    ServiceCurve,
-    select_variant,
-)
+
+
+def _idle_pick(request: RequestSpec, candidates: Any, tie_margin: float = 0.1) -> Selection:
+    """The router's decision on an idle device."""
+    return DecisionTable(candidates, tie_margin=tie_margin).decide(request, LoadSnapshot())
 
 
 def _with_intervals(rows: list[dict[str, Any]], n: int = 1000) -> list[dict[str, Any]]:
@@ -90,11 +97,10 @@ def test_tolerance_table_is_the_routers_pick() -> None:
         (t, n) for t in (0.0, 1.0, 2.0, 5.0) for n in (1, 64)
     ]
     for r in table.itertuples():
-        routed = select_variant(
-            RequestSpec(r.num_nodes, tolerance=r.tolerance), view.frontier, None, tie_margin=0.1
-        )
+        routed = _idle_pick(RequestSpec(r.num_nodes, tolerance=r.tolerance), view.frontier)
         assert r.variant == routed.variant_id
-        assert r.predicted_ms == pytest.approx(routed.predicted_ms)
+        pick = next(c for c in view.frontier if c.variant_id == r.variant)
+        assert r.predicted_ms == pytest.approx(pick.service.predict_batched(r.num_nodes))
     picks = table.set_index(["tolerance", "num_nodes"])["variant"]
     # N = 0 admits best and near; the lowest-latency rule the report used to apply took `near`,
     # the router keeps the more accurate `best`, 5 % slower, within its tie margin
@@ -116,7 +122,7 @@ def test_dominated_variants_are_marked_and_never_picked() -> None:
     candidates = _candidates()
     view = router_view(candidates)
     # idle, the router would take `twin` over the whole list: the frontier is what excludes it
-    everything = select_variant(RequestSpec(1, tolerance=1.0), candidates, None, tie_margin=0.1)
+    everything = _idle_pick(RequestSpec(1, tolerance=1.0), candidates)
     assert everything.variant_id == "twin"
     table = tolerance_table(view, (0, 1, 2, 5), (1, 64))
     assert not set(table["variant"]) & {"twin", "slow8"}
@@ -233,9 +239,7 @@ def test_report_with_intervals_and_local_links(interval_profiles_dir: Path) -> N
     view = read_router_view(interval_profiles_dir)
     table = tolerance_table(view)
     for row, pick in zip(rows[1:], table.itertuples(), strict=True):
-        routed = select_variant(
-            RequestSpec(pick.num_nodes, tolerance=pick.tolerance), view.frontier, tie_margin=0.1
-        )
+        routed = _idle_pick(RequestSpec(pick.num_nodes, tolerance=pick.tolerance), view.frontier)
         assert row.split(" | ")[2] == routed.variant_id
     frontier = text.split("## 4. The frontier")[1].split("## 5.")[0]
     front = len(view.frontier)

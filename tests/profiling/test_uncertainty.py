@@ -8,12 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gnnaas.policy import LOSS_MARGIN, admissible
 from gnnaas.profiling.uncertainty import (
     INTERVAL_COLUMNS,
-    TIE_MARGIN,
     accuracy_interval,
     add_accuracy_intervals,
-    admissible,
     bootstrap_accuracies,
     paired_bootstrap,
     wilson_interval,
@@ -156,7 +155,7 @@ def test_small_split_needs_a_narrow_interval() -> None:
     add_accuracy_intervals(rows, parts, resamples=1000)
     other = next(r for r in rows if r["variant"] != r["best_variant"])
     assert other["tie_best"]
-    assert -other["diff_best_lo"] > TIE_MARGIN
+    assert -other["diff_best_lo"] > LOSS_MARGIN
     args = (other["diff_best"], other["diff_best_lo"], other["diff_best_hi"])
     assert not admissible(*args, 0.0)
     assert admissible(*args, 5.0)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
-from gnnaas.sampling import DepthSampler, NeighborSampler, serving_sampler
+from gnnaas.sampling import DepthSampler
 
 
 def _graph() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -34,12 +36,11 @@ def test_depth_sampler_layout() -> None:
     assert torch.equal(again.n_id, sub.n_id)  # a pure function of the seeds
 
 
-@pytest.mark.parametrize("mode", ["depth", "shared"])
-def test_sampling_inside_then_outside_inference_mode(mode: str) -> None:
+def test_sampling_inside_then_outside_inference_mode() -> None:
     # The server samples outside inference_mode, evaluation may sample inside: a sampler's
     # pooled buffers must accept both, in any order.
     rowptr, col, _ = _graph()
-    sampler = serving_sampler(rowptr, col, (3, 2), seed=1, mode=mode)
+    sampler = DepthSampler(rowptr, col, (3, 2), seed=1)
     seeds = torch.tensor([4, 8, 15])
     with torch.inference_mode():
         inside = sampler.sample(seeds)
@@ -47,13 +48,15 @@ def test_sampling_inside_then_outside_inference_mode(mode: str) -> None:
     assert torch.equal(inside.n_id, outside.n_id)
 
 
-def test_serving_sampler_modes() -> None:
+def test_the_runtime_builds_the_depth_sampler() -> None:
+    from gnnaas.runtime import RuntimeGraph
+
     rowptr, col, _ = _graph()
-    depth = serving_sampler(rowptr, col, [5, 3], seed=2)
+    store = types.SimpleNamespace(name="g", rowptr=rowptr, col=col)
+    graph = RuntimeGraph(store, seed=2)  # type: ignore[arg-type]
+    depth = graph.sampler([5, 3])
     assert isinstance(depth, DepthSampler) and depth.fanouts == (5, 3) and depth.seed == 2
-    assert isinstance(serving_sampler(rowptr, col, (5, 3), mode="shared"), NeighborSampler)
-    with pytest.raises(ValueError, match=r"mode must be 'depth' or 'shared' \(got 'x'\)"):
-        serving_sampler(rowptr, col, (5, 3), mode="x")
+    assert graph.sampler((5, 3)) is depth  # one per fanouts
 
 
 def test_serving_module_reexports_the_sampler() -> None:

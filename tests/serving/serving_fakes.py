@@ -12,7 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnaas.serving import ServiceCurve, ServingVariant, VariantProfile, VariantRegistry
+from gnnaas.policy import ServiceCurve
+from gnnaas.profiling.profiles import VariantProfile
+from gnnaas.serving import ServingVariant, VariantRegistry
 
 NUM_NODES, NUM_FEATURES, NUM_CLASSES = 100, 8, 3
 

@@ -101,14 +101,14 @@ def test_tolerance_zero_selects_the_most_accurate(client: TestClient) -> None:
 def test_large_tolerance_selects_the_fastest(
     client: TestClient, core: Router, tolerance: str, expected: str
 ) -> None:
-    core.speed.reset(1.0)
+    core.slowdown.reset(1.0)
     response = _post(client, [5], **{"X-Accuracy-Tolerance": tolerance})
     assert response.headers["X-Variant"] == expected
 
 
 def test_slo_header(client: TestClient, core: Router) -> None:
     # Within 10 points, the most accurate variant predicted to answer in 2.5 ms is 2x.
-    core.speed.reset(1.0)  # as profiled (the fake models run far faster)
+    core.slowdown.reset(1.0)  # as profiled (the fake models run far faster)
     response = _post(client, [5], **{"X-Accuracy-Tolerance": "10", "X-Latency-SLO-Ms": "2.5"})
     assert response.headers["X-Variant"] == "sage-lasso-2x"
 
@@ -128,7 +128,7 @@ def test_proba(client: TestClient) -> None:
 def test_embedding(
     client: TestClient, core: Router, headers: dict[str, str], variant: str, width: int
 ) -> None:
-    core.speed.reset(1.0)
+    core.slowdown.reset(1.0)
     response = client.post(URL, json={"nodes": [4, 9, 4], "return": "embedding"}, headers=headers)
     assert response.status_code == 200, response.text
     assert response.headers["X-Variant"] == variant
@@ -185,7 +185,7 @@ def test_backlogged_fastest_variant_makes_the_router_pick_the_next(
 ) -> None:
     fastest = "sage-lasso-8x"
     lane = core.lane("toy", fastest)
-    core.speed.reset(1.0)
+    core.slowdown.reset(1.0)
     pin = {"X-Variant": fastest}
     with held(models[fastest]) as gate, ThreadPoolExecutor(4) as pool:
         running = pool.submit(_post, client, [0], **pin)

@@ -8,10 +8,10 @@ from serving_fakes import FakeModel
 
 from gnnaas.serving import Router, Settings, VariantRegistry
 from gnnaas.serving.core.drift import DriftRecord
-from gnnaas.serving.core.lane import Speed
+from gnnaas.serving.core.slowdown import Slowdown
 
 
-def _serve(speed: Speed, ratios: dict[int, float], rounds: int, lookup: bool = False) -> None:
+def _serve(speed: Slowdown, ratios: dict[int, float], rounds: int, lookup: bool = False) -> None:
     """Batches of each size in turn, 5 in a row, each ``ratios[size]`` times its curve."""
     for _ in range(rounds):
         for nodes, ratio in ratios.items():
@@ -23,7 +23,7 @@ def test_speed_learns_a_factor_per_batch_size() -> None:
     """Large batches 1.5x their curve and small ones as profiled, served in turn (a 2-thread
     server off its curve's regime): one factor would swing between them; each size is predicted
     at its own, and the machine's factor is their geometric mean."""
-    speed = Speed(alpha=0.2)
+    speed = Slowdown(alpha=0.2)
     assert speed.at(1) == speed.at(4096) == speed.factor == 1.0
     _serve(speed, {16: 1.0, 256: 1.5}, rounds=40)
     assert speed.at(16) == pytest.approx(1.0, rel=0.03)
@@ -42,7 +42,7 @@ def test_speed_learns_a_factor_per_batch_size() -> None:
 def test_speed_of_lookups_is_their_own() -> None:
     """A precomputed variant's lookups (Python work, not compute) keep their own shape and do
     not move the machine's factor."""
-    speed = Speed(alpha=0.2)
+    speed = Slowdown(alpha=0.2)
     _serve(speed, {64: 0.7}, rounds=10)
     factor = speed.factor
     _serve(speed, {64: 1.1}, rounds=10, lookup=True)
@@ -55,7 +55,7 @@ def test_speed_of_lookups_is_their_own() -> None:
 
 
 def test_speed_shrugs_off_one_stalled_batch_and_follows_a_lasting_change() -> None:
-    speed = Speed(alpha=0.2)
+    speed = Slowdown(alpha=0.2)
     _serve(speed, {64: 1.0}, rounds=4)
     speed.observe(1e6, 1.0, 64)  # one batch stalled (a page fault, a descheduled thread)
     assert 1.0 < speed.at(64) < 1.1
@@ -144,7 +144,7 @@ async def test_lane_records_served_batches_and_metrics_show_them(
         # before the batch, so the first batch of a fresh router was predicted at 1.0.
         factors = [s.factor for s in lane.drift.samples()]
         assert factors[0] == 1.0 and factors[1:] != [1.0, 1.0]
-        assert lane.speed_at(32) not in factors  # the last batch moved it again
+        assert lane.slowdown_at(32) not in factors  # the last batch moved it again
         assert router.lane("toy", "sage-full-1x").drift_summary()["count"] == 0
         text = router.metrics.render().decode()
     finally:

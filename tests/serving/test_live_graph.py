@@ -100,7 +100,7 @@ def test_removing_an_edge_changes_the_neighbors_sample(
 ) -> None:
     client, app = live
     served = app.state.router.registry.get(small_store.name)
-    sampler = served.sampler((-1, -1))
+    sampler = served.graph.sampler((-1, -1))
     target = 5
     source = int(small_store.col[small_store.rowptr[target]])
     before = sampler.sample(torch.tensor([target])).n_id.tolist()
@@ -119,7 +119,7 @@ def test_removing_an_edge_changes_the_neighbors_sample(
         headers=AUTH,
     )
     assert moved.status_code == 200 and moved.json() == {"graph_version": 2}
-    assert served.features(torch.tensor([0, 1]))[target].tolist() == [0.5, 0.5]
+    assert served.graph.features(torch.tensor([0, 1]))[target].tolist() == [0.5, 0.5]
 
 
 @pytest.mark.parametrize(

@@ -92,13 +92,13 @@ def test_it_answers_the_exact_class_and_is_routed_when_fastest(
         ds = core.registry.get(small_store.name)
         # A graph without writes: its lookup covers every node for good, no per-request check.
         assert ds.live is None and ds.covered == {EXACT}
-        core.speed.reset(1.0)
+        core.slowdown.reset(1.0)
         for _ in range(40):
-            core.speed.observe(3.0, 1.0, len(nodes), lookup=True)
-        snap = core.load_snapshot(ds, [EXACT, "sage-full-1x"], num_nodes=len(nodes))
-        assert snap.load(EXACT).speed == pytest.approx(3.0, rel=0.05)
-        assert snap.load("sage-full-1x").speed == snap.speed == 1.0
-        assert core.lane(small_store.name, EXACT).speed_at(len(nodes)) == snap.load(EXACT).speed
+            core.slowdown.observe(3.0, 1.0, len(nodes), lookup=True)
+        snap = core.decision_load(ds, len(nodes))
+        assert snap.load(EXACT, lookup=True).slowdown == pytest.approx(3.0, rel=0.05)
+        assert snap.load("sage-full-1x").slowdown == snap.slowdown == 1.0
+        assert core.lane(small_store.name, EXACT).slowdown_at(len(nodes)) == snap.lookup_slowdown
 
 
 def _downstream(store: Any, node: int, hops: int) -> set[int]:

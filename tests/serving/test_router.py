@@ -12,8 +12,15 @@ from pydantic import ValidationError
 from serving_fakes import FakeModel, held
 
 from gnnaas.errors import OverloadedError
+from gnnaas.policy import DecisionTable, LoadSnapshot, RequestSpec, Selection, candidates_within
 from gnnaas.serving import NotFoundError, Router, Settings, VariantRegistry
-from gnnaas.serving.core.policy import LoadSnapshot, RequestSpec, candidates_within, select_variant
+
+
+def select_variant(
+    request: RequestSpec, cands: Any, snapshot: LoadSnapshot, *, tie_margin: float = 0.0
+) -> Selection:
+    """The decision of a fresh table on ``snapshot``: nothing memoized, no shortcut kept."""
+    return DecisionTable(cands, tie_margin=tie_margin).decide(request, snapshot)
 
 
 @pytest.fixture
@@ -63,7 +70,7 @@ async def test_load_snapshot_is_measured_from_the_queues(
 
     def record(stats: object) -> None:
         update(stats)  # type: ignore[arg-type]
-        scales.append(lane.speed_at(1))
+        scales.append(lane.slowdown_at(1))
 
     lane.batcher._on_batch = record
     with held(model) as gate:
@@ -100,7 +107,7 @@ async def test_load_snapshot_is_measured_from_the_queues(
     # The held batch was far slower than profiled: the measured factor went up after it
     # (the unheld batches that follow may pull it back down).
     assert len(scales) == 4 and scales[0] > 1.0
-    assert lane.speed_at(1) == router.speed.at(1)  # one measured speed per device
+    assert lane.slowdown_at(1) == router.slowdown.at(1)  # one measured speed per device
 
 
 async def test_decisions_predict_at_the_device_speed_of_their_batch_size(router: Router) -> None:
@@ -108,17 +115,17 @@ async def test_decisions_predict_at_the_device_speed_of_their_batch_size(router:
     decision and one under load predict each at its own batch size's speed."""
     ds = router.registry.datasets["toy"]
     for _ in range(60):
-        router.speed.observe(1.0, 1.0, 1)
-        router.speed.observe(3.0, 1.0, 4)
-    small, large = router.speed.at(1), router.speed.at(4)
+        router.slowdown.observe(1.0, 1.0, 1)
+        router.slowdown.observe(3.0, 1.0, 4)
+    small, large = router.slowdown.at(1), router.slowdown.at(4)
     assert small == pytest.approx(1.0, rel=0.1) and large == pytest.approx(3.0, rel=0.1)
     for nodes, speed in ((1, small), (4, large), (9, large)):  # 9: batches of at most 4
         variant, sel = router.select(ds, nodes, tolerance=50)
         assert sel is not None and variant.profile is not None
         curve = variant.profile.service.predict_batched(nodes, 4)
         assert sel.predicted_ms == pytest.approx(speed * curve)
-        snap = router.load_snapshot(ds, [variant.variant_id], num_nodes=nodes)
-        assert snap.speed == speed
+        snap = router.decision_load(ds, nodes)
+        assert snap.slowdown == speed
         assert snap.completion_ms(variant.variant_id, variant.profile.service, nodes) == (
             pytest.approx(speed * curve)
         )
@@ -187,11 +194,11 @@ async def test_backlog_moves_traffic_to_a_faster_variant(
         with held(blocker) as gate:
             backlog = await _backlog(core, ds, blocker)
             # 200 waiting nodes: 1x would serve them and the new one in 16.6 ms, 2x in 10.0 ms.
-            core.speed.reset(1.0)
+            core.slowdown.reset(1.0)
             assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-lasso-2x"
             gate.set()
             await asyncio.gather(*backlog)
-        core.speed.reset(1.0)
+        core.slowdown.reset(1.0)
         assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
     finally:
         await core.stop()
@@ -225,7 +232,7 @@ async def test_a_busy_stream_stays_on_its_lane(
         with held(blocker) as gate:
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
             await _until(blocker.entered.is_set)
-            core._last[ds.name] = "sage-lasso-2x"
+            core._gen.current[ds.name] = "sage-lasso-2x"
             picks = {core.select(ds, 1, tolerance=4.5)[0].variant_id for _ in range(200)}
             assert picks == {"sage-lasso-2x"}
             gate.set()
@@ -269,14 +276,14 @@ def test_settings_are_checked(kwargs: dict[str, object], match: str) -> None:
         Settings(**kwargs)  # type: ignore[arg-type]
 
 
-async def test_admitted_sets_are_cached_per_tolerance_and_follow_new_profiles(
+async def test_admissible_sets_are_cached_per_tolerance(
     router: Router,
 ) -> None:
     ds = router.registry.datasets["toy"]
     for tol in (0.0, 1.0, 5.0, 50.0, math.inf):
         want = [c.variant_id for c in candidates_within(ds.candidates, tol)]
-        assert [c.variant_id for c in router.admitted(ds, tol)] == want
-        assert router.admitted(ds, tol) is router.admitted(ds, tol)  # computed once
+        assert [c.variant_id for c in router.admissible(ds, tol)] == want
+        assert router.admissible(ds, tol) is router.admissible(ds, tol)  # computed once
     # The same decision as the uncached policy on a snapshot of every variant.
     for tol in (0.0, 5.0, 50.0):
         sel = router.select(ds, 3, tolerance=tol)[1]
@@ -285,14 +292,10 @@ async def test_admitted_sets_are_cached_per_tolerance_and_follow_new_profiles(
             RequestSpec(3, tol), ds.candidates, router.load_snapshot(ds), tie_margin=0.1
         )
         assert sel.variant_id == full.variant_id and sel.considered == full.considered
-    # New candidates (a reload) are not answered from the old set.
-    fastest = router.admitted(ds, 50.0)[-1]
-    ds.candidates = (fastest,)
-    assert [c.variant_id for c in router.admitted(ds, 50.0)] == [fastest.variant_id]
     # Client-chosen tolerances do not grow the cache without bound.
     for i in range(1000):
-        router.admitted(ds, i / 7)
-    assert len(router._admitted) <= 256
+        router.admissible(ds, i / 7)
+    assert len(router._gen.tables["toy"]._sets) <= 256
 
 
 async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
@@ -310,10 +313,10 @@ async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
         picks = {}
         for tol in (0.0, 1.5, 4.5, 50.0):
             for nodes in (1, 3, 64, 300):
-                core.speed.reset(speed)
+                core.slowdown.reset(speed)
                 sel = core.select(ds, nodes, tolerance=tol)[1]
                 assert sel is not None
-                core._last.pop(ds.name, None)
+                core._gen.current.pop(ds.name, None)
                 want = select_variant(
                     RequestSpec(nodes, tol), ds.candidates, core.load_snapshot(ds), tie_margin=0.5
                 )
@@ -340,7 +343,7 @@ async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
 
 
 async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_the_load(
-    toy: tuple[VariantRegistry, dict[str, FakeModel]], monkeypatch: pytest.MonkeyPatch
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
 ) -> None:
     core = Router(toy[0], Settings(warmup=False))
     await core.start()
@@ -354,13 +357,10 @@ async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_th
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=fastest))
             await _until(model.entered.is_set)
             expected = core.select(ds, 3, tolerance=50.0)[1]  # busy on the fastest: kept
-            calls = []
-            monkeypatch.setattr(core, "load_snapshot", lambda *a, **k: calls.append(a))
             variant, selection = core.select(ds, 3, tolerance=50.0)
-            assert variant.variant_id == expected.variant_id == fastest and calls == []
-            assert selection.considered == expected.considered
+            assert variant.variant_id == expected.variant_id == fastest
+            assert selection is expected and math.isnan(selection.predicted_ms)  # no load read
             # With an SLO the load is read.
-            monkeypatch.undo()
             assert core.select(ds, 3, tolerance=50.0, slo_ms=100.0)[1].meets_slo is True
             gate.set()
             await running
@@ -369,10 +369,10 @@ async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_th
 
 
 async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
-    toy: tuple[VariantRegistry, dict[str, FakeModel]], monkeypatch: pytest.MonkeyPatch
+    toy: tuple[VariantRegistry, dict[str, FakeModel]],
 ) -> None:
     """A lane that answered and holds nothing more (as an inline batch is by the next request)
-    costs the next decision no load snapshot; a lane with work still does."""
+    leaves the device idle for the next decision; a lane with work does not."""
     core = Router(toy[0], Settings(warmup=False))
     await core.start()
     ds = core.registry.datasets["toy"]
@@ -380,20 +380,16 @@ async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
     try:
         await core.predict(ds, torch.tensor([0]), tolerance=50.0)
         assert core._active  # given work, not yet seen idle
-        calls: list[object] = []
-        real = core.load_snapshot
-        monkeypatch.setattr(core, "load_snapshot", lambda *a, **k: calls.append(a) or real(*a, **k))
+        assert core.decision_load(ds, 3).idle and not core._active
         idle = core.select(ds, 3, tolerance=4.5)[1]
-        assert calls == [] and not core._active
-        core._last.pop(ds.name, None)
-        want = select_variant(RequestSpec(3, 4.5), ds.candidates, real(ds))
+        core._gen.current.pop(ds.name, None)
+        want = select_variant(RequestSpec(3, 4.5), ds.candidates, core.load_snapshot(ds))
         assert idle.variant_id == want.variant_id
         assert idle.predicted_ms == pytest.approx(want.predicted_ms)
         with held(model) as gate:
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
             await _until(model.entered.is_set)
-            core.select(ds, 3, tolerance=4.5)
-            assert len(calls) == 1  # busy: the load is read
+            assert not core.decision_load(ds, 3).idle  # busy: the load is read
             gate.set()
             await running
     finally:
@@ -409,23 +405,22 @@ async def test_decisions_reuse_their_request_and_kept_stream_objects(
     await core.start()
     ds = core.registry.datasets["toy"]
     try:
-        sets = core._admitted
-        assert sets.request(3, 4.5) is sets.request(3, 4.5)
-        assert sets.request(3, 4.5) == RequestSpec(3, 4.5)
+        table = core._gen.tables["toy"]
+        assert table.request(3, 4.5) is table.request(3, 4.5)
+        assert table.request(3, 4.5) == RequestSpec(3, 4.5)
         for bad in (-1.0, math.nan):
             for _ in range(2):
                 with pytest.raises(ValueError, match="tolerance"):
                     core.select(ds, 3, tolerance=bad)
-        entry = sets.get(ds, 50.0)
-        stream = sorted(entry.fastest)[0]
-        kept = sets.kept(entry, stream)
-        assert kept is sets.kept(entry, stream)
-        assert (kept.variant_id, kept.considered) == (stream, entry.ids)
+        stream = sorted(table._set(50.0, False).fastest)[0]
+        kept = table._kept(table._set(50.0, False), stream)
+        assert kept is table._kept(table._set(50.0, False), stream)
+        assert (kept.variant_id, kept.considered) == (stream, table._set(50.0, False).ids)
         assert math.isnan(kept.predicted_ms) and kept.meets_slo is None
         with held(toy[1][stream]) as gate:  # the stream runs on that variant: it is kept
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=stream))
             await _until(toy[1][stream].entered.is_set)
-            core._last[ds.name] = stream
+            core._gen.current[ds.name] = stream
             assert core.select(ds, 1, tolerance=50.0)[1] is kept
             gate.set()
             await running

@@ -170,8 +170,8 @@ def test_feature_caches_are_planned_on_cuda_only_within_the_budget(
 
     from gnnaas.inference.executor import ExecRequest
     from gnnaas.profiling.cacheplan import PlannedVariant, plan_cache, write_cache_plan
-    from gnnaas.serving.core.attach import plan_feature_caches
-    from gnnaas.serving.core.lane import default_executor_factory
+    from gnnaas.serving.core.generation import default_executor_factory
+    from gnnaas.serving.core.registry import plan_caches
 
     stores["tiny"] = store = tiny_store()
     write_tiny_repository(tmp_path, store)
@@ -184,7 +184,7 @@ def test_feature_caches_are_planned_on_cuda_only_within_the_budget(
     planned = [PlannedVariant(v.variant_id, v.features_kept, v.fanouts) for v in variants]
     plan = plan_cache(store, planned, 1, seeds=torch.arange(0, 300, 2), seeds_name="traffic")
     write_cache_plan(plan, tmp_path / "profiles" / "tiny")
-    plan_feature_caches([ds], settings)
+    plan_caches([ds], settings)
     used = 0
     for v in variants:
         assert v.cache_nodes is not None and 0 < v.cache_nodes.numel() < store.num_nodes

@@ -12,7 +12,7 @@ import torch
 from gnnaas.data import GraphStore
 from gnnaas.errors import ArtifactError, ConfigError
 from gnnaas.inference import InferencePath
-from gnnaas.sampling import serving_sampler
+from gnnaas.sampling import DepthSampler
 from gnnaas.variants.axes import (
     binding_fanouts,
     derive_variants,
@@ -142,7 +142,7 @@ def test_a_fanout_variant_is_its_base_run_with_those_fanouts(
     assert all(torch.equal(base_state[k], state[k]) for k in state)  # the same weights
     features = small_store.feature_subset(base.manifest.kept_features)
     nodes = small_store.val_idx[:200]
-    sampler = serving_sampler(small_store.rowptr, small_store.col, (5, 3))
+    sampler = DepthSampler(small_store.rowptr, small_store.col, (5, 3))
     served = InferencePath(variant.model, features, sampler).run(nodes).logits
     expected = InferencePath(base.model, features, sampler).run(nodes).logits
     torch.testing.assert_close(served, expected, rtol=0, atol=0)
@@ -209,7 +209,7 @@ def test_an_int8_twin_stores_its_ranges_and_answers_alike_in_any_batch(
     loaded = repo.load(small_store.name, "sage-full-1x-int8")
     assert loaded.model.precision == "int8" and loaded.manifest.int8_ranges
     assert loaded.manifest.spec.precision == "int8"
-    sampler = serving_sampler(small_store.rowptr, small_store.col, (10, 5))
+    sampler = DepthSampler(small_store.rowptr, small_store.col, (10, 5))
     path = InferencePath(loaded.model, small_store.x, sampler)
     batch = path.run(small_store.val_idx[:64]).logits
     alone = torch.cat([path.run(small_store.val_idx[i : i + 1]).logits for i in range(8)])

@@ -13,7 +13,7 @@ from torch_geometric.nn.models import GIN, GraphSAGE
 
 from gnnaas.errors import ConfigError
 from gnnaas.models import build_model
-from gnnaas.sampling import serving_sampler
+from gnnaas.sampling import DepthSampler
 from gnnaas.variants.master import import_master, read_model_config, warm_start_state
 from gnnaas.variants.pipeline import generate_variants
 from gnnaas.variants.repository import VariantRepository
@@ -43,7 +43,7 @@ def test_pyg_state_dicts_load_and_run_the_same(cls: str) -> None:
         rowptr = torch.zeros(41, dtype=torch.long)
         rowptr[1:] = torch.bincount(dst, minlength=40).cumsum(0)
         seeds = torch.tensor([3, 17, 29])
-        sub = serving_sampler(rowptr, src, (-1, -1)).sample(seeds)
+        sub = DepthSampler(rowptr, src, (-1, -1)).sample(seeds)
         out = ours(x[sub.n_id], sub.blocks)
     torch.testing.assert_close(out, full[seeds], atol=1e-5, rtol=1e-5)
 

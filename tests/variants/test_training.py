@@ -245,7 +245,7 @@ def test_evaluate_scores_what_the_server_answers(
 ) -> None:
     # One execution path: any batch size gives the server's answers (float order aside).
     from gnnaas.inference.executor import ExecRequest, Executor
-    from gnnaas.serving.core.registry import consistent_sampler_factory
+    from gnnaas.runtime import RuntimeGraph
 
     model, nodes = sage_result.model, small_store.test_idx
     one_node = 1.0 / nodes.numel()
@@ -254,7 +254,7 @@ def test_evaluate_scores_what_the_server_answers(
         for b in (7, 64, 4096)
     ]
     assert max(scores) - min(scores) <= one_node + 1e-12
-    sampler = consistent_sampler_factory()(small_store, tuple(QUICK.fanouts))
+    sampler = RuntimeGraph(small_store).sampler(QUICK.fanouts)
     executor = Executor(model, small_store.x, sampler)
     classes = torch.tensor(executor([ExecRequest(nodes)])[0].predictions)
     served = float((classes == small_store.y[nodes]).double().mean())

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
-from gnnaas.serving.core.policy import LoadSnapshot, Selection
+from gnnaas.policy import LoadSnapshot, Selection
 from gnnaas.serving.core.queues import RANK, Entry, taken_rank
 from gnnaas.serving.core.registry import ServingVariant
 

@@ -13,13 +13,13 @@ be right for small batches and wrong for large ones.
 
 Two predictions are kept per batch: the curve alone (``predicted_ms``), which shows whether the
 profile is right for this variant and size, and the router's prediction (``predicted_ms`` × the
-device's measured speed at the batch's size in force while the batch ran, before the batch itself
-is folded into it: :class:`~gnnaas.serving.core.lane.Speed`, the machine's factor times a shape
-per batch-size bucket; docs/architecture.md §5). The router chose the batch's requests with the
-speed of their arrival, which differs from it by at most the batches that finished in between. A
-VM whose speed moved between the profiling minute and this one moves every curve alike, and a
-regime that moves every variant's large batches alike moves that bucket's shape; the speed
-removes those, not one variant's curve of the wrong shape.
+device's measured slowdown at the batch's size in force while the batch ran, before the batch
+itself is folded into it: :class:`~gnnaas.serving.core.slowdown.Slowdown`, the machine's factor
+times a shape per batch-size bucket; docs/architecture.md §5). The router chose the batch's
+requests with the slowdown of their arrival, which differs from it by at most the batches that
+finished in between. A VM whose speed moved between the profiling minute and this one moves every
+curve alike, and a regime that moves every variant's large batches alike moves that bucket's
+shape; the slowdown removes those, not one variant's curve of the wrong shape.
 
 Example:
     >>> record = DriftRecord(maxlen=8)

@@ -1,123 +1,77 @@
-"""The variant registry: every servable dataset with its graph store, variants and profiles.
+"""The variant registry: every servable dataset with its graph, variants and profiles.
 
-Built once at start-up (:meth:`VariantRegistry.load`) from the variant repository and the profiles
-folder, or from in-memory objects (:meth:`VariantRegistry.from_objects`, for tests and benchmarks).
-Free of FastAPI types. Whatever cannot be served is kept as a *note* with its reason instead of
-stopping the server: a corrupt variant is skipped, a variant without a profile is loaded but not
-routed to (it can still be pinned with ``X-Variant``); ``/readyz`` shows the notes.
+Built once per generation (at start-up and on each reload, :meth:`VariantRegistry.load`) from the
+variant repository and the profiles folder, or from in-memory objects
+(:meth:`VariantRegistry.from_objects`, for tests and benchmarks). Variants are opened by the
+runtime (:func:`gnnaas.runtime.open_variant` on a :class:`~gnnaas.runtime.RuntimeGraph`), as the
+profiler opens them; what this module adds is the serving view: each variant's profile
+(:func:`gnnaas.profiling.profiles.profile_of`) and whether the router may route to it. Free of
+FastAPI types. Whatever cannot be served is kept as a *note* with its reason instead of stopping
+the server: a corrupt variant is skipped, a variant without a profile is loaded but not routed to
+(it can still be pinned with ``X-Variant``); ``/readyz`` shows the notes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor
 
 from gnnaas.errors import ArtifactError, ConfigError
-from gnnaas.serving.core.attach import plan_feature_caches, precomputed_answers
-from gnnaas.serving.core.policy import Candidate, dominated
-from gnnaas.serving.core.profiles import VariantProfile, profile_of, read_profile_tables
-
-if TYPE_CHECKING:
-    from gnnaas.inference.executor import Sampler
-    from gnnaas.inference.lookup import PrecomputedAnswers
-    from gnnaas.serving.core.live import LiveState
+from gnnaas.policy import Candidate, dominated
+from gnnaas.profiling.profiles import VariantProfile, profile_of, read_profile_tables
+from gnnaas.runtime import (
+    SAMPLER,
+    CacheDemand,
+    RuntimeGraph,
+    RuntimeVariant,
+    open_variant,
+    plan_feature_caches,
+)
+from gnnaas.runtime.graph import GraphSource
 from gnnaas.serving.core.settings import Settings
 
-__all__ = [
-    "ServedDataset",
-    "ServingVariant",
-    "Store",
-    "VariantRegistry",
-    "consistent_sampler_factory",
-]
+if TYPE_CHECKING:
+    from gnnaas.inference.path import Sampler
+    from gnnaas.serving.core.live import LiveState
+
+__all__ = ["ServedDataset", "ServingVariant", "VariantRegistry", "plan_caches"]
 
 _log = logging.getLogger(__name__)
 
-
-class Store(Protocol):
-    """What serving needs from a graph store (``gnnaas.data.GraphStore`` fits)."""
-
-    name: str
-    rowptr: Tensor
-    col: Tensor
-    num_classes: int
-    multi_label: bool
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes."""
-        ...
-
-    @property
-    def num_features(self) -> int:
-        """Number of feature columns."""
-        ...
-
-    def feature_subset(self, keep: Tensor | Sequence[int]) -> Tensor:
-        """The contiguous ``x[:, keep]`` (cached by the store)."""
-        ...
-
-
-# ``(store, fanouts)``, plus ``live=`` (a :class:`~gnnaas.data.live.LiveGraph`) for a live graph.
-SamplerFactory = Callable[..., "Sampler"]
+_PREPARE = (
+    "pass --variants/--profiles (or GNNAAS_VARIANTS_DIR/GNNAAS_PROFILES_DIR) where "
+    "`gnnaas generate` and `gnnaas profile` wrote them (relative paths are taken from the "
+    "current directory), or create them with `gnnaas prepare --dataset <name>`"
+)
 
 
 @dataclass(eq=False)
-class ServingVariant:
-    """One loaded variant.
+class ServingVariant(RuntimeVariant):
+    """One loaded variant as the router sees it: a :class:`~gnnaas.runtime.RuntimeVariant`
+    with its profile.
 
     Args:
-        dataset (str): dataset name.
-        variant_id (str): e.g. ``sage-lasso-4x``.
-        arch (str): ``sage`` or ``gin``.
-        ranking (str): ``full``, ``random``, ``greedy`` or ``lasso``.
-        prune (int): prune factor.
-        kept_features (Tensor): ``[F_kept]`` int64 feature columns the model reads.
-        fanouts (tuple[int, ...]): neighbor fanouts, PyG order.
-        model (torch.nn.Module): the model in ``eval()`` mode.
         profile (VariantProfile, optional): ``None`` when not profiled (not routed to).
+            (default: ``None``)
         not_routed (str, optional): why the variant is not routed to. (default: ``None``)
-        answers (PrecomputedAnswers, optional): a precomputed variant's tables and staleness
-            (``<base>@exact``); ``None`` for a trained variant. (default: ``None``)
-        hidden_channels (int, optional): the model's hidden width. (default: ``None``)
-        precision (str, optional): ``fp32`` or ``int8``. (default: ``"fp32"``)
-        base (str, optional): the variant it derives from. (default: ``None``)
-        cache_nodes (Tensor, optional): ``[K]`` node ids whose pruned feature rows the executor
-            keeps on the device (:class:`~gnnaas.inference.FeatureCache`; planned by
-            :meth:`VariantRegistry.load` from ``GNNAAS_FEATURE_CACHE_MB`` on CUDA). (default:
-            ``None``: no cache)
+
+    The other fields are :class:`~gnnaas.runtime.RuntimeVariant`'s.
     """
 
-    dataset: str
-    variant_id: str
-    arch: str
-    ranking: str
-    prune: int
-    kept_features: Tensor
-    fanouts: tuple[int, ...]
-    model: torch.nn.Module
     profile: VariantProfile | None = None
     not_routed: str | None = None
-    answers: PrecomputedAnswers | None = None
-    hidden_channels: int | None = None
-    precision: str = "fp32"
-    base: str | None = None
-    cache_nodes: Tensor | None = None
 
     def __post_init__(self) -> None:
+        if self.not_routed is None:
+            self.not_routed = self.problem
         if self.profile is None and self.not_routed is None:
             self.not_routed = "no profile"
-
-    @property
-    def features_kept(self) -> int:
-        """Number of kept feature columns."""
-        return int(self.kept_features.numel())
 
     @property
     def routable(self) -> bool:
@@ -143,26 +97,26 @@ class ServingVariant:
 
 @dataclass(eq=False)
 class ServedDataset:
-    """A dataset the router serves: its store, its variants and their samplers."""
+    """A dataset the router serves: its graph, its variants and what the policy routes among.
 
-    name: str
-    store: Store
+    ``candidates`` (the frontier), ``routable_candidates``, ``dominated_by``, ``precomputed`` and
+    ``covered`` are derived from the variants' profiles by :meth:`refresh`.
+    """
+
+    graph: RuntimeGraph
     variants: dict[str, ServingVariant]
-    sampler_factory: SamplerFactory
-    candidates: tuple[Candidate, ...] = ()
-    live: LiveState | None = None
-    dominated_by: dict[str, str] = field(default_factory=dict)
-    routable_candidates: tuple[Candidate, ...] = ()
+    candidates: tuple[Candidate, ...] = field(default=(), init=False)
+    routable_candidates: tuple[Candidate, ...] = field(default=(), init=False)
+    dominated_by: dict[str, str] = field(default_factory=dict, init=False)
     precomputed: frozenset[str] = field(default=frozenset(), init=False)  # answered by lookup
     covered: frozenset[str] = field(default=frozenset(), init=False)  # ...every node, for good
-    _samplers: dict[tuple[int, ...], Sampler] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.refresh()
 
     def refresh(self) -> None:
-        """Recomputes :attr:`candidates` from the variants' profiles: the routable variants
-        that no other dominates (:func:`~gnnaas.serving.core.policy.dominated`; the others are in
+        """Recomputes the candidates from the variants' profiles: the routable variants that no
+        other dominates (:func:`~gnnaas.policy.dominated`; the others are in
         :attr:`dominated_by`, profiled and shown but never considered per request)."""
         routable = [
             Candidate(v.variant_id, v.profile.accuracy, v.profile.service, v.profile.paired)
@@ -173,7 +127,7 @@ class ServedDataset:
         self.precomputed = lookups
         # A graph that takes no writes keeps its node count: a lookup covering it once always
         # does (a live graph's lookups are checked per request).
-        n = int(self.store.num_nodes)
+        n = self.num_nodes
         self.covered = (
             frozenset(v for v in lookups if self.variants[v].answers.covers(n))  # type: ignore[union-attr]
             if self.live is None
@@ -184,33 +138,29 @@ class ServedDataset:
         self.candidates = tuple(c for c in routable if c.variant_id not in self.dominated_by)
 
     @property
+    def name(self) -> str:
+        """The dataset's name."""
+        return self.graph.name
+
+    @property
+    def store(self) -> GraphSource:
+        """The dataset's graph store."""
+        return self.graph.store
+
+    @property
+    def live(self) -> LiveState | None:
+        """The live graph's state (``serve --state-dir``), ``None`` for a graph without writes."""
+        return self.graph.live  # type: ignore[no-any-return]
+
+    @property
     def num_nodes(self) -> int:
         """Number of nodes of the graph (now, for a live graph)."""
-        if self.live is not None:
-            return self.live.graph.num_nodes
-        return int(self.store.num_nodes)
+        return self.graph.num_nodes
 
     @property
     def graph_version(self) -> int:
         """Version of the live graph (0 for a graph that takes no writes)."""
-        return 0 if self.live is None else self.live.graph.version
-
-    def features(self, kept: Tensor) -> Tensor:
-        """A variant's feature rows: the store's pruned copy, or the live graph's buffer."""
-        if self.live is not None:
-            return self.live.graph.features(kept)
-        return self.store.feature_subset(kept)
-
-    def sampler(self, fanouts: tuple[int, ...]) -> Sampler:
-        """The consistent serving sampler for ``fanouts``, built once and shared by variants."""
-        if fanouts not in self._samplers:
-            if self.live is None:
-                self._samplers[fanouts] = self.sampler_factory(self.store, fanouts)
-            else:
-                self._samplers[fanouts] = self.sampler_factory(
-                    self.store, fanouts, live=self.live.graph
-                )
-        return self._samplers[fanouts]
+        return self.graph.version
 
     def info(self) -> dict[str, Any]:
         """Summary for ``GET /v1/datasets``."""
@@ -226,32 +176,6 @@ class ServedDataset:
             "graph_version": self.graph_version,
             "live": self.live is not None,
         }
-
-
-def consistent_sampler_factory(seed: int = 0, mode: str = "depth") -> SamplerFactory:
-    """Builds the serving sampler of a store for given fanouts.
-
-    The sampler is :func:`gnnaas.sampling.serving_sampler`, the one the profiler measures with
-    (``gnnaas profile`` uses the same defaults, seed ``0`` and ``depth``).
-
-    Args:
-        seed (int, optional): key of the hashed draws. (default: ``0``)
-        mode (str, optional): ``depth``: :class:`~gnnaas.sampling.DepthSampler`, a node's
-            answer never depends on its batch-mates; ``shared``:
-            ``NeighborSampler(consistent=True)``, a little faster, answers can drift slightly
-            when batch-mates are neighbors. (default: ``depth``)
-    """
-    if mode not in ("depth", "shared"):
-        raise ValueError(f"sampler mode must be 'depth' or 'shared' (got {mode!r})")
-
-    def build(store: Store, fanouts: tuple[int, ...], live: Any = None) -> Sampler:
-        from gnnaas.sampling import DepthSampler, serving_sampler
-
-        if live is not None:  # the live graph's base and overlay (depth mode only)
-            return DepthSampler(live.rowptr, live.col, fanouts, seed=seed, live=live)
-        return serving_sampler(store.rowptr, store.col, fanouts, seed=seed, mode=mode)
-
-    return build
 
 
 class VariantRegistry:
@@ -308,20 +232,21 @@ class VariantRegistry:
     @classmethod
     def from_objects(
         cls,
-        stores: Mapping[str, Store] | Iterable[Store],
+        stores: Mapping[str, GraphSource] | Iterable[GraphSource],
         variants: Iterable[ServingVariant],
         *,
-        sampler_factory: SamplerFactory | None = None,
+        sampler_factory: Callable[[Any, tuple[int, ...]], Sampler] | None = None,
         notes: Iterable[str] = (),
         device: str | torch.device = "cpu",
     ) -> VariantRegistry:
         """A registry of in-memory stores and variants (tests, benchmarks).
 
         Args:
-            stores (Mapping[str, Store] | Iterable[Store]): graph stores, by dataset name.
+            stores (Mapping[str, GraphSource] | Iterable[GraphSource]): graph stores, by name.
             variants (Iterable[ServingVariant]): variants; ``variant.dataset`` names their store.
-            sampler_factory (SamplerFactory, optional): ``(store, fanouts) -> sampler``; by default
-                the serving :class:`~gnnaas.sampling.DepthSampler`. (default: ``None``)
+            sampler_factory (Callable, optional): ``(store, fanouts) -> sampler``; by default
+                the serving sampler (:meth:`gnnaas.runtime.RuntimeGraph.sampler`).
+                (default: ``None``)
             notes (Iterable[str], optional): extra readiness notes. (default: ``()``)
             device (str | torch.device, optional): where forward passes run. (default: ``"cpu"``)
 
@@ -339,20 +264,27 @@ class VariantRegistry:
             if v.variant_id in grouped[v.dataset]:
                 raise ValueError(f"variant {v.dataset}/{v.variant_id} is given twice")
             grouped[v.dataset][v.variant_id] = v
-        factory = sampler_factory or consistent_sampler_factory()
-        served = [
-            ServedDataset(name, by_name[name], dict(sorted(vs.items())), factory)
-            for name, vs in grouped.items()
-            if vs
-        ]
+        served = []
+        for name, vs in grouped.items():
+            if not vs:
+                continue
+            store = by_name[name]
+            factory = (
+                None
+                if sampler_factory is None
+                else (lambda fanouts, s=store: sampler_factory(s, fanouts))
+            )
+            graph = RuntimeGraph(store, sampler_factory=factory)
+            served.append(ServedDataset(graph, dict(sorted(vs.items()))))
         return cls(served, notes, device=device)
 
     @classmethod
     def load(cls, settings: Settings, *, strict: bool = False) -> VariantRegistry:
         """Loads every dataset with variants and profiles (or only ``settings.datasets``).
 
-        Graph stores come from :func:`gnnaas.data.load_dataset`, weights from the variant
-        repository with their checksums verified. Corrupt variants are skipped with a note.
+        Graph stores come from :func:`gnnaas.data.load_dataset`, variants from the runtime
+        (:func:`gnnaas.runtime.open_variant`: weights with their checksums verified). Corrupt
+        variants are skipped with a note.
 
         Args:
             settings (Settings): the folders, device and sampler.
@@ -367,7 +299,13 @@ class VariantRegistry:
                 has no variants or profiles, or nothing at all can be served.
             ArtifactError: ``strict`` and a variant, profile table or graph cannot be read.
         """
-        from gnnaas.data import load_dataset
+        return _Loader(settings, strict).load()
+
+
+class _Loader:
+    """One :meth:`VariantRegistry.load`: the folders read dataset by dataset, notes kept."""
+
+    def __init__(self, settings: Settings, strict: bool) -> None:
         from gnnaas.inference.settings import apply_execution_settings, execution_settings
         from gnnaas.utils import resolve_device
         from gnnaas.variants.repository import VariantRepository
@@ -377,200 +315,190 @@ class VariantRegistry:
         apply_execution_settings(
             fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler
         )
-        device = resolve_device(settings.device)
-        variants_dir, profiles_dir = Path(settings.variants_dir), Path(settings.profiles_dir)
-        prepare = (
-            "pass --variants/--profiles (or GNNAAS_VARIANTS_DIR/GNNAAS_PROFILES_DIR) where "
-            "`gnnaas generate` and `gnnaas profile` wrote them (relative paths are taken from the "
-            "current directory), or create them with `gnnaas prepare --dataset <name>`"
-        )
-        if not variants_dir.is_dir():
+        self.settings, self.strict = settings, strict
+        self.device = resolve_device(settings.device)
+        self.variants_dir = Path(settings.variants_dir)
+        self.profiles_dir = Path(settings.profiles_dir)
+        if not self.variants_dir.is_dir():
             raise ConfigError(
-                f"variants folder '{variants_dir}' ({variants_dir.resolve()}) does not exist; "
-                f"{prepare}"
+                f"variants folder '{self.variants_dir}' ({self.variants_dir.resolve()}) does not "
+                f"exist; {_PREPARE}"
             )
-        repo = VariantRepository(variants_dir)
-        explicit = settings.datasets is not None
-        names = settings.datasets or sorted(
-            p.name for p in variants_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
-        )
-        notes: list[str] = []
-        served: list[ServedDataset] = []
-        factory = consistent_sampler_factory(settings.seed, settings.sampling)
+        self.repo = VariantRepository(self.variants_dir)
+        self.explicit = settings.datasets is not None
+        self.notes: list[str] = []
         # The settings this server will time batches under (its threads once the router starts).
-        current = {
-            **execution_settings(device, inline_max_nodes=settings.inline_max_nodes),
+        self.current = {
+            **execution_settings(self.device, inline_max_nodes=settings.inline_max_nodes),
             "threads": settings.torch_threads,
         }
-        for name in names:
-            manifests = repo.list(name)
-            unreadable = _unlisted_variants(repo, variants_dir / name, manifests)
-            if unreadable and strict:
-                raise ArtifactError(f"variant {name}/{unreadable[0][0]}: {unreadable[0][1]}")
-            notes.extend(f"variant {name}/{v} skipped: {exc}" for v, exc in unreadable)
-            problem = None
-            if not manifests:
-                problem = (
-                    f"no variants in {variants_dir / name}; run `gnnaas prepare --dataset {name}`"
-                )
-            elif not (profiles_dir / name / "profiles.csv").is_file():
-                problem = (
-                    f"no profiles.csv in {profiles_dir / name}; "
-                    f"run `gnnaas profile --dataset {name}`"
-                )
-            if problem is not None:
-                if explicit:
-                    raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
-                notes.append(f"dataset {name} skipped: {problem}")
-                continue
-            _log.info("dataset %s: loading its graph and %d variants", name, len(manifests))
-            try:
-                store = load_dataset(
-                    name, settings.data_root, seed=manifests[0].seed, cache_dir=settings.cache_dir
-                )
-            except (ConfigError, ArtifactError, OSError) as exc:
-                if strict:
-                    raise ArtifactError(
-                        f"dataset {name}: its graph could not be loaded ({exc})"
-                    ) from exc
-                if explicit:
-                    raise
-                notes.append(f"dataset {name} skipped: its graph could not be loaded ({exc})")
-                _log.warning("skipping dataset %s: %s", name, exc)
-                continue
-            first_note = len(notes)
-            try:
-                profiles, curves, profile_notes = read_profile_tables(
-                    profiles_dir / name, settings.profile_split, strict=strict
-                )
-            except ArtifactError as exc:
-                raise ArtifactError(f"dataset {name}: {exc}") from exc
-            notes.extend(f"dataset {name}: {n}" for n in profile_notes)
-            variants: list[ServingVariant] = []
-            for m in manifests:
-                try:
-                    if m.num_features != store.num_features:
-                        raise ArtifactError(
-                            f"it was trained on {m.num_features} features, the dataset has "
-                            f"{store.num_features}; regenerate with `gnnaas generate --dataset "
-                            f"{name} --force`"
-                        )
-                    loaded = repo.load(name, m.variant_id, device=device)
-                except ArtifactError as exc:
-                    if strict:
-                        raise ArtifactError(f"variant {name}/{m.variant_id}: {exc}") from exc
-                    notes.append(f"variant {name}/{m.variant_id} skipped: {exc}")
-                    _log.warning("skipping variant %s/%s: %s", name, m.variant_id, exc)
-                    continue
-                profile, reason = profile_of(
-                    m.variant_id,
-                    profiles,
-                    curves,
-                    settings.profile_split,
-                    sampling=settings.sampling,
-                    sampler_seed=settings.seed,
-                    settings=current,
-                    dataset=name,
-                )
-                if profile is not None and profile.settings_mismatch and not settings.retime_curves:
-                    profile, reason = (
-                        None,
-                        (
-                            "its service curve was measured under other settings ("
-                            + ", ".join(profile.settings_mismatch)
-                            + f"); run `gnnaas profile --dataset {name}` with the server's "
-                            "settings, or let the server re-time it "
-                            "(GNNAAS_RETIME_CURVES=1, the default)"
-                        ),
-                    )
-                profiled = str(profile.summary.get("date", "")) if profile is not None else ""
-                if _iso_utc(profiled) and _iso_utc(m.created) and profiled < m.created:
-                    # The profile is another model's (a regenerated or replaced variant): its
-                    # accuracy would break the tolerance promise, so the policy does not use it.
-                    profile, reason = (
-                        None,
-                        (
-                            "its profile predates the variant (it was regenerated since it was "
-                            f"profiled); run `gnnaas profile --dataset {name}`"
-                        ),
-                    )
-                answers = None
-                if m.precomputed is not None and reason is None:
-                    answers, reason = precomputed_answers(repo, m, store, settings)
-                variants.append(
-                    ServingVariant(
-                        dataset=name,
-                        variant_id=m.variant_id,
-                        arch=m.arch,
-                        ranking=m.ranking,
-                        prune=m.prune,
-                        kept_features=torch.as_tensor(m.kept_features, dtype=torch.long),
-                        fanouts=tuple(m.fanouts),
-                        model=loaded.model,
-                        profile=profile,
-                        not_routed=reason,
-                        answers=answers,
-                        hidden_channels=m.hidden_channels,
-                        precision=m.precision,
-                        base=None if m.base is None else m.base["variant"],
-                    )
-                )
-                if reason is not None:
-                    _log.warning("variant %s/%s not routed: %s", name, m.variant_id, reason)
-            if not any(v.routable for v in variants):
-                why = notes[first_note:] + _collapsed(
-                    [(v.variant_id, str(v.not_routed)) for v in variants]
-                )
-                problem = (
-                    f"no variant could be loaded with a profile ({'; '.join(why)}); "
-                    f"run `gnnaas prepare --dataset {name}`"
-                )
-                if explicit:
-                    raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
-                notes.append(f"dataset {name} skipped: {problem}")
-                continue
-            if settings.shared_store_dir is not None:
-                from gnnaas.data.shared import share_store
 
-                share_store(store, (v.kept_features for v in variants), settings.shared_store_dir)
-            state = None
-            if settings.state_dir is not None:
-                from gnnaas.serving.core.live import LiveState
-
-                # A graph this process has open is reused (a reload keeps its writes and lock).
-                state = LiveState.open(store, settings.state_dir)
-            served.append(
-                ServedDataset(name, store, {v.variant_id: v for v in variants}, factory, live=state)
-            )
-            _log.info("dataset %s: %d variants loaded", name, len(variants))
+    def load(self) -> VariantRegistry:
+        names = self.settings.datasets or sorted(
+            p.name for p in self.variants_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        served = [ds for ds in map(self.dataset, names) if ds is not None]
         if not served:
-            detail = "; ".join(notes) or f"no dataset folders in '{variants_dir}'"
-            raise ConfigError(f"nothing to serve ({detail}); {prepare}")
-        if settings.feature_cache_mb > 0 and device.type == "cuda":
-            plan_feature_caches(served, settings)
-        return cls(served, notes, device=device)
+            detail = "; ".join(self.notes) or f"no dataset folders in '{self.variants_dir}'"
+            raise ConfigError(f"nothing to serve ({detail}); {_PREPARE}")
+        if self.settings.feature_cache_mb > 0 and self.device.type == "cuda":
+            plan_caches(served, self.settings)
+        return VariantRegistry(served, self.notes, device=self.device)
 
+    def _skip(self, name: str, problem: str) -> None:
+        """A dataset that cannot be served: an error when asked for by name, else a note."""
+        if self.explicit:
+            raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
+        self.notes.append(f"dataset {name} skipped: {problem}")
 
-def _unlisted_variants(
-    repo: Any, folder: Path, listed: Sequence[Any]
-) -> list[tuple[str, ArtifactError]]:
-    """Why each variant folder the repository's listing skipped cannot be read.
+    def dataset(self, name: str) -> ServedDataset | None:
+        """One dataset with its variants, or ``None`` (and a note) when it cannot be served."""
+        manifests, unreadable = self.repo.scan(name)
+        if unreadable and self.strict:
+            raise ArtifactError(f"variant {name}/{unreadable[0][0]}: {unreadable[0][1]}")
+        self.notes.extend(f"variant {name}/{v} skipped: {reason}" for v, reason in unreadable)
+        if not manifests:
+            where = self.variants_dir / name
+            self._skip(name, f"no variants in {where}; run `gnnaas prepare --dataset {name}`")
+            return None
+        if not (self.profiles_dir / name / "profiles.csv").is_file():
+            where = self.profiles_dir / name
+            self._skip(name, f"no profiles.csv in {where}; run `gnnaas profile --dataset {name}`")
+            return None
+        _log.info("dataset %s: loading its graph and %d variants", name, len(manifests))
+        graph = self._graph(name, manifests[0].seed)
+        if graph is None:
+            return None
+        first_note = len(self.notes)
+        variants = self._variants(graph, manifests)
+        if not any(v.routable for v in variants):
+            why = self.notes[first_note:] + _collapsed(
+                [(v.variant_id, str(v.not_routed)) for v in variants]
+            )
+            self._skip(
+                name,
+                f"no variant could be loaded with a profile ({'; '.join(why)}); "
+                f"run `gnnaas prepare --dataset {name}`",
+            )
+            return None
+        if self.settings.shared_store_dir is not None:
+            from gnnaas.data.shared import share_store
 
-    ``VariantRepository.list`` skips a folder whose manifest is unreadable with a warning only;
-    reading that manifest again gives the reason for a note (or a failed reload).
-    """
-    if not folder.is_dir():
-        return []
-    known = {m.variant_id for m in listed}
-    errors: list[tuple[str, ArtifactError]] = []
-    for child in sorted(folder.iterdir()):
-        if child.name.startswith(".") or not child.is_dir() or child.name in known:
-            continue
+            kept = (v.kept_features for v in variants)
+            share_store(graph.store, kept, self.settings.shared_store_dir)
+        _log.info("dataset %s: %d variants loaded", name, len(variants))
+        return ServedDataset(graph, {v.variant_id: v for v in variants})
+
+    def _graph(self, name: str, seed: int) -> RuntimeGraph | None:
+        """The dataset's graph (its live graph with ``state_dir``), or ``None`` with a note."""
+        from gnnaas.data import load_dataset
+
+        settings = self.settings
         try:
-            repo.manifest(folder.name, child.name)
-        except (ArtifactError, ConfigError) as exc:
-            errors.append((child.name, ArtifactError(str(exc))))
-    return errors
+            store = load_dataset(name, settings.data_root, seed=seed, cache_dir=settings.cache_dir)
+        except (ConfigError, ArtifactError, OSError) as exc:
+            if self.strict:
+                why = f"dataset {name}: its graph could not be loaded ({exc})"
+                raise ArtifactError(why) from exc
+            if self.explicit:
+                raise
+            self.notes.append(f"dataset {name} skipped: its graph could not be loaded ({exc})")
+            _log.warning("skipping dataset %s: %s", name, exc)
+            return None
+        live = None
+        if settings.state_dir is not None:
+            from gnnaas.serving.core.live import LiveState
+
+            # A graph this process has open is reused (a reload keeps its writes and lock).
+            live = LiveState.open(store, settings.state_dir)
+        return RuntimeGraph(store, seed=settings.seed, live=live, state_dir=settings.state_dir)
+
+    def _variants(self, graph: RuntimeGraph, manifests: Sequence[Any]) -> list[ServingVariant]:
+        """The dataset's variants that could be opened, each with its profile or why it is not
+        routed (the others become notes, or raise on a strict load)."""
+        name = graph.name
+        try:
+            profiles, curves, profile_notes = read_profile_tables(
+                self.profiles_dir / name, self.settings.profile_split, strict=self.strict
+            )
+        except ArtifactError as exc:
+            raise ArtifactError(f"dataset {name}: {exc}") from exc
+        self.notes.extend(f"dataset {name}: {n}" for n in profile_notes)
+        variants = []
+        for m in manifests:
+            try:
+                opened = open_variant(self.repo, m, graph, device=self.device)
+            except ArtifactError as exc:
+                if self.strict:
+                    raise ArtifactError(f"variant {name}/{m.variant_id}: {exc}") from exc
+                self.notes.append(f"variant {name}/{m.variant_id} skipped: {exc}")
+                _log.warning("skipping variant %s/%s: %s", name, m.variant_id, exc)
+                continue
+            profile, reason = self._profile(m, profiles, curves, name)
+            fields = {f.name: getattr(opened, f.name) for f in dataclasses.fields(opened)}
+            variant = ServingVariant(**fields, profile=profile, not_routed=reason)
+            if variant.not_routed is not None:
+                _log.warning("variant %s/%s not routed: %s", name, m.variant_id, variant.not_routed)
+            variants.append(variant)
+        return variants
+
+    def _profile(
+        self, manifest: Any, profiles: Any, curves: Any, name: str
+    ) -> tuple[VariantProfile | None, str | None]:
+        """The variant's profile as the router may use it, or ``None`` and why not."""
+        settings = self.settings
+        profile, reason = profile_of(
+            manifest.variant_id,
+            profiles,
+            curves,
+            settings.profile_split,
+            sampling=SAMPLER,
+            sampler_seed=settings.seed,
+            settings=self.current,
+            dataset=name,
+        )
+        if profile is None:
+            return None, reason
+        if profile.settings_mismatch and not settings.retime_curves:
+            return None, (
+                "its service curve was measured under other settings ("
+                + ", ".join(profile.settings_mismatch)
+                + f"); run `gnnaas profile --dataset {name}` with the server's settings, or let "
+                "the server re-time it (GNNAAS_RETIME_CURVES=1, the default)"
+            )
+        profiled = str(profile.summary.get("date", ""))
+        if _iso_utc(profiled) and _iso_utc(manifest.created) and profiled < manifest.created:
+            # The profile is another model's (a regenerated or replaced variant): its accuracy
+            # would break the tolerance promise, so the policy does not use it.
+            return None, (
+                "its profile predates the variant (it was regenerated since it was profiled); "
+                f"run `gnnaas profile --dataset {name}`"
+            )
+        return profile, None
+
+
+def plan_caches(served: Sequence[ServedDataset], settings: Settings) -> None:
+    """Sets ``cache_nodes`` of every trained variant of the graphs that take no writes: one
+    budget of ``settings.feature_cache_mb`` over them all
+    (:func:`gnnaas.runtime.plan_feature_caches`). :meth:`VariantRegistry.load` calls it on CUDA,
+    where a device feature cache saves copies."""
+    demands = []
+    for ds in served:
+        if ds.live is not None:
+            _log.info("dataset %s: live graph, no feature cache (its rows change)", ds.name)
+            continue
+        folder = Path(settings.profiles_dir) / ds.name
+        for v in ds.variants.values():
+            if v.answers is None:  # a lookup reads no features
+                row_bytes = v.features_kept * ds.graph.features(v.kept_features).element_size()
+                key = (ds.name, v.variant_id)
+                demands.append(CacheDemand(key, ds.graph, folder, v.fanouts, row_bytes))
+    budget = int(settings.feature_cache_mb * 2**20)
+    for key, nodes in plan_feature_caches(demands, budget).items():
+        name, variant_id = key  # type: ignore[misc]
+        variant = next(d for d in served if d.name == name).variants[variant_id]
+        variant.cache_nodes = nodes
+        _log.info("variant %s/%s: %d nodes' features cached", name, variant_id, nodes.numel())
 
 
 def _collapsed(reasons: Sequence[tuple[str, str]]) -> list[str]:

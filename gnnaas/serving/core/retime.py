@@ -18,8 +18,8 @@ import logging
 import time
 from collections.abc import Mapping
 
+from gnnaas.policy import ServiceCurve
 from gnnaas.profiling.curves import CurveTimer, Handler, service_sizes
-from gnnaas.serving.core.policy import ServiceCurve
 from gnnaas.serving.core.registry import ServedDataset
 from gnnaas.serving.core.settings import Settings
 

@@ -27,7 +27,7 @@ __all__ = ["Settings"]
 class Settings(SharedSettings):
     """Everything the router needs to start: the shared settings
     (:class:`~gnnaas.config.SharedSettings`: ``variants_dir``, ``profiles_dir``, ``data_root``,
-    ``cache_dir``, ``home_dir``, ``device``, ``state_dir``, ``seed``, ``sampling``,
+    ``cache_dir``, ``home_dir``, ``device``, ``state_dir``, ``seed``,
     ``max_batch_nodes``, ``inline_max_nodes``, ``torch_threads``, ``feature_cache_mb``,
     ``fused_forward``, ``fast_sampler``, ``tie_margin``) and these.
 
@@ -108,8 +108,6 @@ class Settings(SharedSettings):
                 f"max_request_nodes ({self.max_request_nodes}) must not exceed max_queue_nodes "
                 f"({self.max_queue_nodes}), or a request could never be queued"
             )
-        if self.state_dir is not None and self.sampling != "depth":
-            raise ValueError("a live graph (state_dir) needs sampling='depth'")
         if self.state_dir is not None and self.shared_store_dir is not None:
             raise ValueError(
                 "a live graph (state_dir) is served by one process: it cannot be shared by workers"

@@ -55,7 +55,7 @@ from fastapi_offline import FastAPIOffline
 
 import gnnaas
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
-from gnnaas.serving.core.lane import ExecutorFactory
+from gnnaas.serving.core.generation import ExecutorFactory
 from gnnaas.serving.core.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.core.registry import VariantRegistry
 from gnnaas.serving.core.reload import RegistryLoader, Reloader

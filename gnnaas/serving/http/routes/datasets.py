@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gnnaas.inference.executor import embedding_dim
-from gnnaas.serving.core.policy import admitting_tolerances
+from gnnaas.policy import admitting_tolerances
 from gnnaas.serving.http.deps import DatasetDep, RouterDep, dataset_of
 from gnnaas.serving.http.requests import HEADER_DOCS
 from gnnaas.serving.http.schemas import (

@@ -203,14 +203,14 @@ async def answer(
         len(nodes),
         queue_s=out.queue_ms / 1e3,
         sample_s=out.sample_ms / 1e3,
-        gather_s=out.gather_ms / 1e3,
+        gather_s=out.comm_ms / 1e3,
         compute_s=out.compute_ms / 1e3,
         total_s=total_ms / 1e3,
     )
     timing = {
         "queue": _ms(out.queue_ms),
         "sample": _ms(out.sample_ms),
-        "gather": _ms(out.gather_ms),
+        "gather": _ms(out.comm_ms),
         "compute": _ms(out.compute_ms),
         "total": _ms(total_ms),
     }

@@ -1,26 +1,60 @@
-"""One device budget over several variants' feature caches, by the hit ratio each gains.
+"""A variant's device feature cache: which nodes' rows it holds, under one budget for all.
 
-A :class:`NodeRanking` is a caching order with its reads over the planning seeds, and so the
+A variant's device feature cache (:class:`gnnaas.inference.FeatureCache`) holds the pruned rows of
+the nodes read most often. :class:`NodeRanking` is a caching order with its reads over the
+planning seeds (the order ``gnnaas cache-plan`` planned, :mod:`gnnaas.profiling.cacheplan`, read
+back by :func:`read_cache_ranking`; else by neighbor count, :func:`degree_ranking`), and so the
 hit-ratio curve of a cache of any size. :func:`split_budget` hands one budget
 (``GNNAAS_FEATURE_CACHE_MB``) out over several variants a step of bytes at a time, each step to
 the variant whose hit ratio gains most for it, weighted by its traffic share;
-:func:`assign_cache_nodes` turns the split into node ids. The server runs this at start-up with the
-rankings :mod:`gnnaas.profiling.cacheplan` planned (or the degree fallback); kept apart from the
-planning, which samples the graph and writes files, because the split needs neither.
+:func:`assign_cache_nodes` turns the split into node ids, and :func:`plan_feature_caches` does the
+whole for the variants a server (or the profiler, measuring what a server would build) serves.
+
+The ranking file (``profiles/<dataset>/cache_ranking.safetensors``, :data:`CACHE_RANKING_FILE`):
+per fanouts ``f`` (key ``25_10``), ``order.<f>`` ``[N]`` int64 node ids in caching order and
+``reads.<f>`` ``[N]`` their reads over the seeds, plus text metadata (graph size, sampler,
+seeds); never pickled.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
+import torch
 from torch import Tensor
 
-__all__ = ["NodeRanking", "assign_cache_nodes", "split_budget"]
+from gnnaas.runtime.graph import SAMPLER
+from gnnaas.typing import PathType
+
+if TYPE_CHECKING:
+    from gnnaas.runtime.graph import RuntimeGraph
+
+__all__ = [
+    "CACHE_RANKING_FILE",
+    "RANKING_FORMAT",
+    "CacheDemand",
+    "NodeRanking",
+    "assign_cache_nodes",
+    "degree_ranking",
+    "fanout_key",
+    "fanout_text",
+    "plan_feature_caches",
+    "read_cache_ranking",
+    "split_budget",
+]
+
+_log = logging.getLogger(__name__)
+
+CACHE_RANKING_FILE = "cache_ranking.safetensors"
+RANKING_FORMAT = "1"
+"""The ranking file's format, in its metadata."""
 
 K = TypeVar("K", bound=Hashable)
 
@@ -205,3 +239,144 @@ def assign_cache_nodes(
         if count:
             nodes[key] = ranking.order[:count].clone()
     return nodes
+
+
+def _neighbor_counts(col: Tensor, num_nodes: int) -> Tensor:
+    """``[N]`` int64: in how many in-neighbor lists each node appears."""
+    return torch.bincount(col, minlength=num_nodes)
+
+
+def _rank(primary: Tensor, secondary: Tensor) -> Tensor:
+    """Node ids by ``primary`` descending, then ``secondary`` descending, then id ascending."""
+    order = torch.sort(secondary, descending=True, stable=True).indices
+    return order[torch.sort(primary[order], descending=True, stable=True).indices]
+
+
+def degree_ranking(col: Tensor, num_nodes: int) -> NodeRanking:
+    """The no-sampling fallback: nodes by how many in-neighbor lists name them.
+
+    Args:
+        col (Tensor): ``[E]`` the CSR's in-neighbors (``store.col``).
+        num_nodes (int): nodes of the graph.
+
+    Returns:
+        NodeRanking: the order, with the neighbor counts as reads (a proxy of the traffic).
+    """
+    counts = _neighbor_counts(col, num_nodes)
+    order = _rank(counts, torch.zeros_like(counts))
+    return NodeRanking(order, counts[order])
+
+
+def fanout_text(fanouts: Sequence[int]) -> str:
+    """Fanouts as a table shows them: ``25-10``."""
+    return "-".join(str(int(f)) for f in fanouts)
+
+
+def fanout_key(fanouts: Sequence[int]) -> str:
+    """Fanouts as the ranking file's keys name them: ``25_10``."""
+    return "_".join(str(int(f)) for f in fanouts)
+
+
+def read_cache_ranking(
+    folder: PathType,
+    fanouts: Sequence[int],
+    *,
+    num_nodes: int,
+    num_edges: int,
+    sampler_seed: int = 0,
+) -> tuple[NodeRanking | None, str]:
+    """The planned caching order for ``fanouts``, if ``folder`` holds one for this graph.
+
+    Args:
+        folder (str or PathLike): ``profiles/<dataset>``.
+        fanouts (Sequence[int]): the variant's fanouts.
+        num_nodes (int): nodes of the served graph.
+        num_edges (int): edges of the served graph.
+        sampler_seed (int, optional): the server's sampler seed. (default: ``0``)
+
+    Returns:
+        tuple[NodeRanking | None, str]: the ranking and where it comes from, or ``None`` and
+        why there is none (no file, another graph or sampler, no plan for these fanouts).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(folder) / CACHE_RANKING_FILE
+    if not path.is_file():
+        return None, f"no {CACHE_RANKING_FILE} in {path.parent}"
+    key = fanout_key(fanouts)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            expected = {
+                "format": RANKING_FORMAT,
+                "num_nodes": str(num_nodes),
+                "num_edges": str(num_edges),
+                "sampling": SAMPLER,
+                "sampler_seed": str(sampler_seed),
+            }
+            stale = [k for k, v in expected.items() if meta.get(k) != v]
+            if stale:
+                return None, f"{path} was planned for another graph or sampler ({', '.join(stale)})"
+            if f"order.{key}" not in f.keys():  # safe_open has no __contains__
+                return None, f"{path} has no plan for fanouts {fanout_text(fanouts)}"
+            order, reads = f.get_tensor(f"order.{key}"), f.get_tensor(f"reads.{key}")
+    except (OSError, SafetensorError) as exc:
+        return None, f"{path} is unreadable ({exc})"
+    if order.shape != (num_nodes,) or reads.shape != (num_nodes,):
+        return None, f"{path} holds a ranking of another size"
+    return NodeRanking(order.long(), reads.long()), f"{path} (by {meta.get('by', '?')})"
+
+
+@dataclass(frozen=True)
+class CacheDemand:
+    """One variant that wants a share of the device feature cache.
+
+    Args:
+        key (Hashable): how the variant is named in the result (e.g. ``(dataset, variant_id)``).
+        graph (RuntimeGraph): the graph it reads (its size, edges and sampler seed).
+        folder (Path): ``profiles/<dataset>``, where a planned ranking may be.
+        fanouts (tuple[int, ...]): its sampling fanouts (a ranking is per fanouts).
+        row_bytes (int): bytes of one of its feature rows (kept columns x element size).
+    """
+
+    key: Hashable
+    graph: RuntimeGraph
+    folder: Path
+    fanouts: tuple[int, ...]
+    row_bytes: int
+
+
+def plan_feature_caches(
+    demands: Iterable[CacheDemand], budget_bytes: int
+) -> dict[Hashable, Tensor]:
+    """The node ids each variant keeps on the device under one budget, equal traffic shares
+    (none is known before serving): nodes in the planned order for their graph and fanouts
+    (:func:`read_cache_ranking`), else by neighbor count (:func:`degree_ranking`).
+
+    The server calls it at start-up for every trained variant of its graphs that take no
+    writes, and the profiler for one dataset's, so a profile measures the cache a server builds.
+
+    Returns:
+        dict[Hashable, Tensor]: per demand key, ``[K]`` int64 node ids; keys given less than a
+        row are left out.
+    """
+    rankings: dict[tuple[int, tuple[int, ...]], NodeRanking] = {}
+    entries: dict[Hashable, tuple[NodeRanking, int]] = {}
+    for d in demands:
+        graph = d.graph
+        key = (id(graph), d.fanouts)
+        if key not in rankings:
+            ranking, source = read_cache_ranking(
+                d.folder,
+                d.fanouts,
+                num_nodes=graph.num_nodes,
+                num_edges=graph.num_edges,
+                sampler_seed=graph.seed,
+            )
+            if ranking is None:
+                ranking = degree_ranking(graph.store.col, graph.num_nodes)
+                source = f"neighbor counts ({source})"
+            _log.info("dataset %s, fanouts %s: caching order from %s", graph.name, key[1], source)
+            rankings[key] = ranking
+        entries[d.key] = (rankings[key], d.row_bytes)
+    return assign_cache_nodes(int(budget_bytes), entries)

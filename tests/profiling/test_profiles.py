@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gnnaas.serving.core.policy import PairedDiff
-from gnnaas.serving.core.profiles import profile_of
+from gnnaas.policy import PairedDiff
+from gnnaas.profiling.profiles import profile_of
 
 CURVES = {"sage-full-1x": [{"batch_size": 1, "e2e_ms": 2.0}, {"batch_size": 64, "e2e_ms": 5.0}]}
 

@@ -2,7 +2,7 @@
 
 Profiles written with accuracy intervals (:mod:`gnnaas.profiling.uncertainty`) also give each
 variant its 95% accuracy interval and its paired difference to the most accurate variant
-(:class:`~gnnaas.serving.core.policy.PairedDiff`); older tables without those columns still
+(:class:`~gnnaas.policy.PairedDiff`); older tables without those columns still
 load, and the policy then admits by point accuracy.
 
 Reads ``profiles/<dataset>/profiles.csv`` and ``service_times.csv`` through
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gnnaas.errors import ArtifactError
 from gnnaas.inference.settings import settings_mismatch
-from gnnaas.serving.core.policy import PairedDiff, ServiceCurve
+from gnnaas.policy import PairedDiff, ServiceCurve
 
 if TYPE_CHECKING:
     import pandas as pd

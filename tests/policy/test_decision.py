@@ -1,4 +1,5 @@
-"""The selection policy: curves, tolerance (point and paired), load, ties, SLOs, stability."""
+"""The policy: curves, tolerance (point and paired), the frontier, and the decision under load
+(ties, targets, stability, its memoized paths against a plain reading of the rule)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from gnnaas.serving.core import candidates, policy
-from gnnaas.serving.core.policy import (
+from gnnaas import policy
+from gnnaas.policy import (
     Candidate,
+    DecisionTable,
     LoadSnapshot,
     PairedDiff,
     RequestSpec,
@@ -18,12 +20,55 @@ from gnnaas.serving.core.policy import (
     ServiceCurve,
     VariantLoad,
     candidates_within,
-    choice_without_load,
     fastest_everywhere,
-    select_admitted,
-    select_timed,
-    select_variant,
 )
+from gnnaas.policy import rule as candidates
+
+
+def select_variant(
+    request: RequestSpec,
+    cands: list[Candidate],
+    snapshot: LoadSnapshot | None = None,
+    *,
+    tie_margin: float = 0.0,
+) -> Selection:
+    """The decision of a fresh table (nothing memoized yet) at time 0."""
+    table = DecisionTable(cands, tie_margin=tie_margin)
+    return table.decide(request, snapshot or LoadSnapshot(), now=0.0)
+
+
+def plain_rule(
+    request: RequestSpec,
+    cands: list[Candidate],
+    snap: LoadSnapshot,
+    tie_margin: float,
+    now: float = 0.0,
+) -> tuple[str, float]:
+    """The rule of docs/architecture.md §6 read plainly, with no memo and no shortcut: the
+    oracle the decision table's fast paths are checked against."""
+    admitted = candidates_within(cands, request.effective_tolerance)
+    stream = snap.stream_nodes + request.num_nodes
+    scored = []
+    for c in admitted:
+        load = snap.variants.get(c.variant_id)
+        slowdown = snap.slowdown if load is None else load.slowdown
+        room = math.inf if load is None else load.room_nodes
+        served = c.service.predict_batched(stream, snap.max_batch_nodes)
+        predicted = max(snap.ahead_ms, 0.0) + slowdown * served
+        scored.append((predicted, c.variant_id, room >= request.num_nodes))
+    if any(ok for *_, ok in scored) and not all(ok for *_, ok in scored):
+        scored = [s for s in scored if s[2]]
+    target = request.target_ms(now)
+    if target is not None:
+        meeting = [s for s in scored if s[0] <= target]
+        if meeting:
+            return meeting[0][1], meeting[0][0]
+    band = min(s[0] for s in scored) * (1 + tie_margin)
+    ties = [s for s in scored if s[0] <= band]
+    kept = [s for s in ties if snap.busy and s[1] == snap.current]
+    chosen = (kept or ties)[0]
+    return chosen[1], chosen[0]
+
 
 CURVE = ServiceCurve((1, 32, 256, 1024), (1.0, 4.1, 26.5, 103.3))
 
@@ -142,7 +187,7 @@ def test_batch_size_and_max_batch_are_used() -> None:
 
 
 def test_per_variant_speed_scales_its_curve() -> None:
-    slow_8x = LoadSnapshot(variants={"sage-lasso-8x": VariantLoad(speed=3.0)})
+    slow_8x = LoadSnapshot(variants={"sage-lasso-8x": VariantLoad(slowdown=3.0)})
     sel = _pick(tolerance=10, snapshot=slow_8x)
     assert (sel.variant_id, sel.predicted_ms) == ("sage-lasso-2x", pytest.approx(2.0))
 
@@ -211,6 +256,8 @@ def test_rejects_bad_tie_margin_and_no_candidates() -> None:
         _pick(tie_margin=-0.1)
     with pytest.raises(ValueError, match="at least one candidate"):
         select_variant(RequestSpec(1), [])
+    with pytest.raises(ValueError, match="DecisionTable tie_margin"):
+        DecisionTable(_candidates(), tie_margin=math.inf)
     with pytest.raises(ValueError, match="tolerance"):
         candidates_within(_candidates(), math.nan)
 
@@ -479,7 +526,7 @@ def test_router_never_loses_to_a_fixed_choice_under_steady_load(
 def test_admitting_tolerances_are_exactly_where_the_rule_admits() -> None:
     import random
 
-    from gnnaas.serving.core.policy import admitting_tolerances
+    from gnnaas.policy import admitting_tolerances
 
     rng = random.Random(0)
     curve = ServiceCurve.from_points({1: 1.0, 1024: 10.0})
@@ -515,7 +562,8 @@ def test_fastest_everywhere_needs_the_smallest_time_at_every_size() -> None:
 
 
 def test_a_busy_stream_on_the_fastest_everywhere_is_kept_whatever_the_load() -> None:
-    """What lets the router skip the load on such a stream: the full rule picks it for any load."""
+    """What lets a decision skip reading the load of such a stream: the plain rule picks it for
+    any load, and the table keeps it without predicting anything."""
     cands = _candidates()
     fastest = next(iter(fastest_everywhere(cands)))
     for waiting in (0, 1, 7, 100, 5000):
@@ -526,41 +574,90 @@ def test_a_busy_stream_on_the_fastest_everywhere_is_kept_whatever_the_load() -> 
                         ahead_ms=ahead,
                         waiting_nodes=waiting,
                         running_nodes=running or (0 if waiting else 1),
-                        variants={c.variant_id: VariantLoad(speed=1.3) for c in cands},
+                        variants={c.variant_id: VariantLoad(slowdown=1.3) for c in cands},
                         max_batch_nodes=1024,
                         current=fastest,
                     )
+                    table = DecisionTable(cands, tie_margin=margin)
                     for nodes in (1, 64, 2000):
                         request = RequestSpec(nodes, 50.0, None)
-                        picked = select_admitted(request, cands, snap, tie_margin=margin)
-                        assert picked.variant_id == fastest
-                        shortcut = choice_without_load(
-                            request, cands, fastest_everywhere(cands), fastest, lambda v: True
-                        )
-                        assert shortcut == fastest
+                        assert plain_rule(request, cands, snap, margin)[0] == fastest
+                        kept = table.decide(request, snap)
+                        assert kept.variant_id == fastest and math.isnan(kept.predicted_ms)
 
 
-def test_choice_without_load_reads_the_load_whenever_it_could_matter() -> None:
-    cands, fastest = _candidates(), frozenset({"sage-lasso-8x"})
-    busy = {"sage-lasso-8x"}.__contains__
-    assert choice_without_load(RequestSpec(1, 0.0, None), cands[:1], fastest, None, busy) == (
-        "sage-full-1x"
-    )  # one admissible variant
-    assert (
-        choice_without_load(RequestSpec(1, 50.0, 5.0), cands, fastest, "sage-lasso-8x", busy)
-        is None
-    )
-    assert choice_without_load(RequestSpec(1, 50.0, None), cands, fastest, None, busy) is None
-    assert (
-        choice_without_load(RequestSpec(1, 50.0, None), cands, fastest, "sage-lasso-2x", busy)
-        is None
-    )
-    assert (
-        choice_without_load(
-            RequestSpec(1, 50.0, None), cands, fastest, "sage-lasso-8x", lambda v: False
-        )
-        is None
-    )  # idle: ties go to the more accurate, the load decides
+def _loads(cands: list[Candidate]) -> list[LoadSnapshot]:
+    """Idle, busy and backlogged snapshots, with slow, full and kept lanes among them."""
+    ids = [c.variant_id for c in cands]
+    out = [LoadSnapshot(max_batch_nodes=1024), LoadSnapshot(slowdown=1.7, current=ids[0])]
+    for ahead, waiting, running in ((0.0, 0, 1), (2.0, 30, 0), (9.0, 700, 1024), (0.5, 5, 64)):
+        for current in (None, *ids):
+            for busy in ({}, {ids[-1]: VariantLoad(slowdown=2.5, room_nodes=3)}):
+                out.append(
+                    LoadSnapshot(
+                        ahead_ms=ahead,
+                        waiting_nodes=waiting,
+                        running_nodes=running,
+                        variants=busy,
+                        max_batch_nodes=1024,
+                        current=current,
+                        slowdown=1.2,
+                    )
+                )
+    return out
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.1, 0.5])
+def test_the_tables_memoized_paths_decide_as_the_plain_rule(margin: float) -> None:
+    # One table deciding many requests (its memo filled as it goes: admissible sets, idle
+    # choices, profiled times, kept streams) against the rule read plainly on every load.
+    cands = [*_candidates(), Candidate("sage-random-8x", 84.0, ServiceCurve((1, 1024), (0.5, 40)))]
+    table = DecisionTable(cands, tie_margin=margin)
+    for _ in range(2):  # the second pass reads every memo
+        for snap in _loads(cands):
+            for tol in (None, 0.0, 1.0, 5.0, 50.0):
+                for nodes in (1, 4, 64, 2000):
+                    for slo in (None, 0.3, 6.0):
+                        request = RequestSpec(nodes, tol, slo)
+                        got = table.decide(request, snap)
+                        want, want_ms = plain_rule(request, cands, snap, margin)
+                        if math.isnan(got.predicted_ms):  # kept without reading the load
+                            admitted = table.admissible(request.effective_tolerance)
+                            kept_stream = got.variant_id == snap.current and snap.busy
+                            assert len(admitted) == 1 or kept_stream
+                            assert got.variant_id == want, (snap, request)
+                            continue
+                        assert (got.variant_id, got.predicted_ms) == (
+                            want,
+                            pytest.approx(want_ms),
+                        ), (snap, request)
+
+
+def test_a_deadline_is_a_target_at_the_time_of_the_decision() -> None:
+    table = DecisionTable(_candidates(), tie_margin=0.1)
+    request = RequestSpec(1, deadline_at=10.0)  # the clock's seconds
+    assert request.effective_tolerance == math.inf  # a deadline alone admits every variant
+    assert request.left_ms(9.9975) == pytest.approx(2.5)
+    # 2.5 ms left at 9.9975 s: the most accurate predicted to meet it is 2x (2 ms).
+    sel = table.decide(request, LoadSnapshot(), now=9.9975)
+    assert (sel.variant_id, sel.meets_slo) == ("sage-lasso-2x", True)
+    # passed: none meets it, the fastest is named and marked as missing it
+    late = table.decide(request, LoadSnapshot(), now=10.5)
+    assert (late.variant_id, late.meets_slo) == ("sage-lasso-8x", False)
+    with pytest.raises(ValueError, match="deadline_at must be finite"):
+        RequestSpec(1, deadline_at=math.inf)
+
+
+def test_computed_only_leaves_the_lookups_out() -> None:
+    cands = [*_candidates(), Candidate("sage-full-1x@exact", 90.0, ServiceCurve((1,), (0.1,)))]
+    table = DecisionTable(cands, lookups=frozenset({"sage-full-1x@exact"}), tie_margin=0.1)
+    request = RequestSpec(1, 0.0)
+    assert table.decide(request, LoadSnapshot()).variant_id == "sage-full-1x@exact"
+    assert table.decide(request, LoadSnapshot(), computed_only=True).variant_id == "sage-full-1x"
+    # a lookup is predicted at its own slowdown
+    slow_lookup = LoadSnapshot(lookup_slowdown=100.0, ahead_ms=1.0)
+    assert table.decide(request, slow_lookup).variant_id == "sage-full-1x"
+    assert table.admissible(0.0) == table.admissible(0.0)  # computed once
 
 
 # -- the frontier: dominated candidates ---------------------------------------------------------
@@ -618,26 +715,3 @@ def test_equal_candidates_keep_the_first_and_lookups_neither_dominate_nor_are_do
     assert policy.dominated([a, slow_lookup], lookups=frozenset({"b@exact"})) == {}
     assert policy.dominated([a, slow_lookup]) == {"b@exact": "a"}
     assert policy.dominated([a]) == {}
-
-
-def test_select_timed_applies_the_load_to_given_service_times() -> None:
-    cands = _candidates()
-    snap = LoadSnapshot(
-        ahead_ms=4.0,
-        waiting_nodes=30,
-        variants={"sage-lasso-8x": VariantLoad(speed=3.0, room_nodes=0)},
-        max_batch_nodes=1024,
-        speed=1.2,
-    )
-    request = RequestSpec(5, 50.0, None)
-    times = [c.service.predict_batched(35, 1024) for c in cands]
-    got = select_timed(request, cands, times, snap, tie_margin=0.2)
-    want = select_admitted(request, cands, snap, tie_margin=0.2)
-    assert got == want
-    # 8x has no room for 5 nodes: not chosen even at a time of zero; with no room anywhere the
-    # choice is made as if every queue took the request.
-    assert select_timed(request, cands, [*times[:-1], 0.0], snap).variant_id != "sage-lasso-8x"
-    full = LoadSnapshot(variants={c.variant_id: VariantLoad(room_nodes=0) for c in cands})
-    assert select_timed(request, cands, [*times[:-1], 0.0], full).variant_id == "sage-lasso-8x"
-    with pytest.raises(ValueError, match="one service time per candidate"):
-        select_timed(request, cands, times[:1], snap)

@@ -1,0 +1,109 @@
+"""The frontier: which candidates no request should consider, and which are fastest everywhere.
+
+One comparison of service curves, :func:`at_most_everywhere` (one curve at most another at every
+batch size), decides both: a candidate *dominated* by another (:func:`dominated`) is profiled and
+reported but never considered per request, and a candidate at most every other admissible one
+everywhere (:func:`fastest_everywhere`) wins any load, which lets a decision skip reading it
+(:class:`~gnnaas.policy.decision.DecisionTable`). Both depend on the profiles only, so they are
+computed once per dataset or tolerance.
+
+Example:
+    >>> from gnnaas.policy.curve import ServiceCurve
+    >>> curve = ServiceCurve((1, 64), (1.0, 4.0))
+    >>> fast = Candidate("sage-lasso-2x-int8", accuracy=80.0, service=curve)
+    >>> slow = Candidate("sage-lasso-2x", accuracy=80.0, service=curve.scaled(1.5))
+    >>> dominated([slow, fast]), sorted(fastest_everywhere([slow, fast]))
+    ({'sage-lasso-2x': 'sage-lasso-2x-int8'}, ['sage-lasso-2x-int8'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gnnaas.policy.curve import ServiceCurve
+from gnnaas.policy.rule import Candidate, admitting_tolerances
+
+__all__ = ["at_most_everywhere", "dominated", "fastest_everywhere"]
+
+_ACC_EPS = 1e-9  # accuracies from the profile table compare with a hair of slack
+
+
+def at_most_everywhere(a: ServiceCurve, b: ServiceCurve) -> tuple[bool, bool]:
+    """``(a <= b at every batch size, a < b somewhere)`` for the piecewise-linear curves: both
+    are linear between their points and beyond the last one, so the points of both and one size
+    past the last decide."""
+    sizes = sorted({*a.batch_sizes, *b.batch_sizes})
+    sizes.append(2 * sizes[-1])
+    pairs = [(a.predict(n), b.predict(n)) for n in sizes]
+    return all(x <= y for x, y in pairs), any(x < y for x, y in pairs)
+
+
+def dominated(
+    candidates: Sequence[Candidate], *, lookups: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The candidates no request should consider, each with one candidate that dominates it.
+
+    ``a`` dominates ``b`` when ``a`` is admissible whenever ``b`` is (its smallest admitting
+    tolerance, :func:`admitting_tolerances`, is not larger), is at least as accurate, and its
+    service curve is at most ``b``'s at every batch size (and below somewhere, or, on equal
+    curves, ``a`` comes first in ``candidates``). Computed candidates of a dataset share the
+    device's speed at each batch size and the work ahead, so under any load ``b``'s predicted
+    completion is never smaller than ``a``'s: a decision
+    (:meth:`~gnnaas.policy.decision.DecisionTable.decide`) would pick ``b`` only on a tie that
+    the more accurate or earlier ``a`` also wins, or when ``a``'s queue is full. The
+    most accurate candidate the paired differences are taken against is never dominated, and
+    ``lookups`` (the precomputed variants, which cannot answer nodes a write made stale, and
+    whose speed is learned apart) neither dominate nor are dominated.
+
+    Args:
+        candidates (Sequence[Candidate]): a dataset's routable variants.
+        lookups (frozenset[str], optional): ids of precomputed variants. (default: none)
+
+    Returns:
+        dict[str, str]: dominated id → an id that dominates it.
+
+    Example:
+        >>> curve = ServiceCurve((1, 64), (1.0, 4.0))
+        >>> fast = Candidate("sage-lasso-2x-int8", accuracy=80.0, service=curve)
+        >>> slow = Candidate("sage-lasso-2x", accuracy=80.0, service=curve.scaled(1.5))
+        >>> dominated([slow, fast])
+        {'sage-lasso-2x': 'sage-lasso-2x-int8'}
+    """
+    if len(candidates) < 2:
+        return {}
+    tolerances = admitting_tolerances(candidates)
+    # The paired rule needs its reference among the candidates; the point rule only the best
+    # accuracy, which a dominating candidate keeps.
+    protected = {c.paired.best_variant for c in candidates if c.paired is not None}
+    out: dict[str, str] = {}
+    for j, b in enumerate(candidates):
+        if b.variant_id in protected or b.variant_id in lookups:
+            continue
+        for i, a in enumerate(candidates):
+            if i == j or a.variant_id in lookups or a.variant_id in out:
+                continue
+            if tolerances[a.variant_id] > tolerances[b.variant_id] + _ACC_EPS:
+                continue
+            if a.accuracy < b.accuracy - _ACC_EPS:
+                continue
+            below, strictly = at_most_everywhere(a.service, b.service)
+            if below and (strictly or i < j):
+                out[b.variant_id] = a.variant_id
+                break
+    return out
+
+
+def fastest_everywhere(admitted: Sequence[Candidate]) -> frozenset[str]:
+    """The candidates whose service curve is at most every other's at every batch size
+    (:func:`at_most_everywhere`, the comparison :func:`dominated` makes).
+
+    Computed candidates of one dataset share the device (its speed at each batch size) and the
+    work ahead, so such a candidate has the smallest predicted completion for any stream and
+    request size (a precomputed one is compared as profiled: a lookup's time is a fraction of a
+    computed batch's).
+    """
+    return frozenset(
+        c.variant_id
+        for c in admitted
+        if all(at_most_everywhere(c.service, o.service)[0] for o in admitted if o is not c)
+    )
