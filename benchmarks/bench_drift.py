@@ -30,13 +30,14 @@ import argparse
 import asyncio
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     QUICK,
@@ -142,7 +143,7 @@ def _worst_bias(row: dict[str, Any], factor: float = 1.0) -> float:
 def _device_factor(rows: list[dict[str, Any]]) -> float:
     """Median of measured / predicted over every variant and batch size of one dataset."""
     ratios = [1 + b["median_rel_error"] for r in rows for b in r["by_batch_nodes"].values()]
-    return statistics.median(ratios) if ratios else 1.0
+    return median(ratios) if ratios else 1.0
 
 
 def render(results: dict[str, Any]) -> str:

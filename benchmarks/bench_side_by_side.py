@@ -23,11 +23,12 @@ import argparse
 import concurrent.futures
 import http.client
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     RESULTS,
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "variant": vid,
                 "server_ms": {str(s): drift[f"<={s}"]["measured_ms_median"] for s in args.sizes},
-                "profiler_ms": {str(s): statistics.median(ours[(vid, s)]) for s in args.sizes},
+                "profiler_ms": {str(s): median(ours[(vid, s)]) for s in args.sizes},
             }
         )
     return {
