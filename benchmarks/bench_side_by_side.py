@@ -140,7 +140,7 @@ def render(results: dict[str, Any]) -> str:
     absd = sorted(abs(d) for d in diffs)
     lines += [
         "",
-        f"Median |difference| {absd[len(absd) // 2]:.1%}, worst {absd[-1]:.1%}, over "
+        f"Median |difference| {median(absd):.1%}, worst {absd[-1]:.1%}, over "
         f"{len(absd)} (variant, size) pairs.",
         "",
     ]
