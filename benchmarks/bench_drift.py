@@ -230,14 +230,14 @@ def render(results: dict[str, Any]) -> str:
             lines += [
                 "",
                 f"As routed: {sum(e <= TARGET for e in errs)} of {len(errs)} variants within "
-                f"{TARGET:.0%}; worst {errs[-1]:.1%}, median {errs[len(errs) // 2]:.1%}. Curve "
+                f"{TARGET:.0%}; worst {errs[-1]:.1%}, median {median(errs):.1%}. Curve "
                 f"alone: {sum(e <= TARGET for e in alone)} of {len(alone)}; worst "
-                f"{alone[-1]:.1%}, median {alone[len(alone) // 2]:.1%}. Jitter floor: median "
-                + (f"{jitters[len(jitters) // 2]:.1%}" if jitters else "–")
+                f"{alone[-1]:.1%}, median {median(alone):.1%}. Jitter floor: median "
+                + (f"{median(jitters):.1%}" if jitters else "–")
                 + f". Worst size bias within {TARGET:.0%}: {sum(b <= TARGET for b in biases)} "
-                f"of {len(biases)} (median {biases[len(biases) // 2]:.1%}); after the device "
+                f"of {len(biases)} (median {median(biases):.1%}); after the device "
                 f"factor {sum(b <= TARGET for b in relative)} of {len(relative)} (median "
-                f"{relative[len(relative) // 2]:.1%}).",
+                f"{median(relative):.1%}).",
             ]
         lines.append("")
     return "\n".join(lines)
