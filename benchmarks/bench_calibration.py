@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
 
@@ -177,7 +178,7 @@ def render(results: dict[str, Any]) -> str:
                 lines.append(f"| {arch} | {ranking} | " + " | ".join(cells) + " |")
         lines += ["", *_reading(e, archs)]
         val = e["num_val"]
-        p = statistics.median(v["val_acc"] for v in e["variants"].values())
+        p = median(v["val_acc"] for v in e["variants"].values())
         lines += [
             "",
             f"One run, one seed: at the median accuracy ({100 * p:.1f}%) a figure over {val:,} "

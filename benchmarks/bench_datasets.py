@@ -47,6 +47,7 @@ def _child_build(dataset: str) -> dict[str, Any]:
 
     from gnnaas.data.synthetic import PRESETS as CONFIGS
     from gnnaas.data.synthetic import make_synthetic, parse_synthetic_name
+    from gnnaas.stats import median
 
     preset, scale, name = parse_synthetic_name(dataset)
     cfg = CONFIGS[preset].scaled(scale)
@@ -64,7 +65,7 @@ def _child_build(dataset: str) -> dict[str, Any]:
         "num_classes": store.num_classes,
         "multi_label": bool(store.multi_label),
         "degree_mean": float(degree.mean()),
-        "degree_median": float(degree.median()),
+        "degree_median": median(degree.numpy()),
         "degree_max": int(degree.max()),
         "homophily": None,
     }

@@ -28,12 +28,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     FULL,
@@ -74,7 +75,7 @@ def _time_select(router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: i
             last.pop(ds.name, None)
         else:
             last[ds.name] = current
-    return statistics.median(per_round)
+    return median(per_round)
 
 
 async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> dict[str, Any]:

@@ -30,13 +30,14 @@ import argparse
 import asyncio
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     QUICK,
@@ -142,7 +143,7 @@ def _worst_bias(row: dict[str, Any], factor: float = 1.0) -> float:
 def _device_factor(rows: list[dict[str, Any]]) -> float:
     """Median of measured / predicted over every variant and batch size of one dataset."""
     ratios = [1 + b["median_rel_error"] for r in rows for b in r["by_batch_nodes"].values()]
-    return statistics.median(ratios) if ratios else 1.0
+    return median(ratios) if ratios else 1.0
 
 
 def render(results: dict[str, Any]) -> str:
@@ -229,14 +230,14 @@ def render(results: dict[str, Any]) -> str:
             lines += [
                 "",
                 f"As routed: {sum(e <= TARGET for e in errs)} of {len(errs)} variants within "
-                f"{TARGET:.0%}; worst {errs[-1]:.1%}, median {errs[len(errs) // 2]:.1%}. Curve "
+                f"{TARGET:.0%}; worst {errs[-1]:.1%}, median {median(errs):.1%}. Curve "
                 f"alone: {sum(e <= TARGET for e in alone)} of {len(alone)}; worst "
-                f"{alone[-1]:.1%}, median {alone[len(alone) // 2]:.1%}. Jitter floor: median "
-                + (f"{jitters[len(jitters) // 2]:.1%}" if jitters else "–")
+                f"{alone[-1]:.1%}, median {median(alone):.1%}. Jitter floor: median "
+                + (f"{median(jitters):.1%}" if jitters else "–")
                 + f". Worst size bias within {TARGET:.0%}: {sum(b <= TARGET for b in biases)} "
-                f"of {len(biases)} (median {biases[len(biases) // 2]:.1%}); after the device "
+                f"of {len(biases)} (median {median(biases):.1%}); after the device "
                 f"factor {sum(b <= TARGET for b in relative)} of {len(relative)} (median "
-                f"{relative[len(relative) // 2]:.1%}).",
+                f"{median(relative):.1%}).",
             ]
         lines.append("")
     return "\n".join(lines)

@@ -30,11 +30,12 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     QUICK,
@@ -171,14 +172,13 @@ def render(results: dict[str, Any]) -> str:
         ratio = [x / y for x, y in zip(g, t, strict=True) if y > 0]
         seq = results["sequential_p50_ms"]
         lines.append(
-            f"| {s} | {statistics.median(g):,.0f} ({min(g):,.0f}–{max(g):,.0f}) "
-            f"| {statistics.median(t):,.0f} ({min(t):,.0f}–{max(t):,.0f}) "
-            f"| {statistics.median(ratio):.0%} | {seq[f'gnnaas/{s}']:.2f} "
+            f"| {s} | {median(g):,.0f} ({min(g):,.0f}–{max(g):,.0f}) "
+            f"| {median(t):,.0f} ({min(t):,.0f}–{max(t):,.0f}) "
+            f"| {median(ratio):.0%} | {seq[f'gnnaas/{s}']:.2f} "
             f"| {seq[f'trivial/{s}']:.2f} |"
         )
     medians = {
-        s: statistics.median(rep[f"gnnaas/{s}"]["rate_rps"] for rep in results["repeats"])
-        for s in servers
+        s: median(rep[f"gnnaas/{s}"]["rate_rps"] for rep in results["repeats"]) for s in servers
     }
     best = max(medians, key=medians.__getitem__)
     lines += [

@@ -26,7 +26,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -34,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     QUICK,
@@ -115,7 +116,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                     batch_seeds = seeds(size)
                     time.sleep(gap_ms / 1e3)
                     times.append(worker.submit(batch, batch_seeds).result())
-                cells.setdefault(f"{size}/{gap_ms:g}", []).append(statistics.median(times))
+                cells.setdefault(f"{size}/{gap_ms:g}", []).append(median(times))
     worker.shutdown()
     return {"threads": torch.get_num_threads(), "cells": cells}
 
@@ -149,7 +150,7 @@ def render(results: dict[str, Any]) -> str:
         ]
         for name, run in results["configs"].items():
             cells = [run["cells"][f"{size}/{g:g}"] for g in gaps]
-            first, last = statistics.median(cells[0]), statistics.median(cells[-1])
+            first, last = median(cells[0]), median(cells[-1])
             lines.append(
                 f"| {name} | "
                 + " | ".join(" / ".join(f"{x:.2f}" for x in c) for c in cells)

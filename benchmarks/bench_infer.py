@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from gnnaas.stats import percentile
 
 from common import (
     QUICK,
@@ -194,8 +194,8 @@ def served(args: argparse.Namespace) -> dict[str, Any]:
             served_by = dict(step.variants_served())
             out[key] = {
                 "requests": int(step.ok.sum()),
-                "server_p50_ms": float(np.percentile(totals, 50)),
-                "server_p99_ms": float(np.percentile(totals, 99)),
+                "server_p50_ms": percentile(totals, 50),
+                "server_p99_ms": percentile(totals, 99),
                 "client_p50_ms": step.percentile(50),
                 "client_p99_ms": step.percentile(99),
                 "served_by": served_by,

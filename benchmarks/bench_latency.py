@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +40,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from gnnaas.stats import median
 
 from common import (
     RESULTS,
@@ -78,7 +79,7 @@ def _median_ms(fn: Any, calls: int) -> float:
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return median(times)
 
 
 def micro(dataset: str, variants_dir: Path, ids: list[str], calls: int) -> dict[str, Any]:
@@ -187,7 +188,7 @@ def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str,
             "requests": float(result.ok.sum()),
             "client_p50_ms": result.percentile(50),
             "client_p99_ms": result.percentile(99),
-            **{f"server_{k}_p50_ms": statistics.median(v) for k, v in stages.items()},
+            **{f"server_{k}_p50_ms": median(v) for k, v in stages.items()},
         }
     return out
 
@@ -218,7 +219,7 @@ def gpu_end_to_end(dataset: str, calls: int) -> dict[str, float] | None:
             path.run(seeds.to(device))  # returns after the blocking copy of the outputs
             if i >= 10:
                 times.append((time.perf_counter() - t0) * 1e3)
-        out[str(b)] = float(np.median(times))
+        out[str(b)] = median(times)
     return out
 
 

@@ -41,6 +41,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from gnnaas.stats import median, percentile
+
 from common import (
     QUICK,
     RESULTS,
@@ -151,8 +153,8 @@ async def write_stream(
         **done,
         "wall_s": wall,
         "updates_per_s": done["updates"] / wall if wall else 0.0,
-        "write_p50_ms": float(np.percentile(lat, 50)) if lat else float("nan"),
-        "write_p99_ms": float(np.percentile(lat, 99)) if lat else float("nan"),
+        "write_p50_ms": percentile(lat, 50) if lat else float("nan"),
+        "write_p99_ms": percentile(lat, 99) if lat else float("nan"),
     }
 
 
@@ -287,9 +289,6 @@ def render(results: dict[str, Any]) -> str:
     m, a, mem = results["machine"], results["args"], results["memory"]
     rounds = results["rounds"]
 
-    def med(values: list[float]) -> float:
-        return float(np.median(values))
-
     alone = [r["alone"]["p99_ms"] for r in rounds]
     loaded = [r["with_writes"]["p99_ms"] for r in rounds]
     rates = [r["writes"]["updates_per_s"] for r in rounds]
@@ -324,10 +323,10 @@ def render(results: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"- Edge updates: median **{med(rates):,.0f}/s** acknowledged and durable (offered "
+        f"- Edge updates: median **{median(rates):,.0f}/s** acknowledged and durable (offered "
         f"{a['write_rate']:,.0f}/s), in batches of {a['batch_edges']} (half additions, half "
         f"removals) from {a['writers']} writers (goal ≥ 5,000/s while the reads run).",
-        f"- Read p99 with the write stream / without: median **{med(ratio):.2f}** (goal ≤ 1.2).",
+        f"- Read p99 with the write stream / without: median **{median(ratio):.2f}** (goal ≤ 1.2).",
         f"- Memory after {mem['updates']:,} edge updates (graph version {mem['graph_version']:,}; "
         f"{mem['bulk_updates_per_s']:,.0f} updates/s with no reads): server PSS "
         f"**{mem['pss_mb_before_compaction']:,.0f} MB**, log {mem['log_mb']:,.1f} MB; "

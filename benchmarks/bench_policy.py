@@ -46,13 +46,14 @@ import argparse
 import asyncio
 import contextlib
 import math
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     FULL,
@@ -318,7 +319,7 @@ def _ceiling_lines(block: dict[str, Any]) -> list[str]:
         if ratios:
             out.append(
                 f"- {pol['key']} / trivial FastAPI endpoint (the same driver, interleaved): "
-                f"median {statistics.median(ratios):.0%} ({min(ratios):.0%}–{max(ratios):.0%})"
+                f"median {median(ratios):.0%} ({min(ratios):.0%}–{max(ratios):.0%})"
             )
     return out + [""]
 
@@ -328,7 +329,7 @@ def _as_listing(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+    return f"{median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
 
 
 def matched(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -370,7 +371,7 @@ def matched(results: dict[str, Any]) -> list[dict[str, Any]]:
                         "size": int(size),
                         "tolerance": tol,
                         "concurrency": c,
-                        "median_ratio": statistics.median(ratios),
+                        "median_ratio": median(ratios),
                         "min_ratio": min(ratios),
                         "repeats": len(ratios),
                     }
@@ -490,7 +491,7 @@ def speedups(results: dict[str, Any]) -> list[dict[str, Any]]:
                     {
                         "size": int(size),
                         "tolerance": pol["tolerance"],
-                        "median": statistics.median(ratios),
+                        "median": median(ratios),
                         "min": min(ratios),
                         "max": max(ratios),
                     }

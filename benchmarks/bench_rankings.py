@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import RESULTS, command_line, machine_info, render_saved, save_results, utc_now
 
@@ -63,7 +64,7 @@ def _time_rankings(store: Any, out: Path, seed: int, repeats: int) -> dict[tuple
                 start = time.perf_counter()
                 rank_features(ranking, model, store, seed=seed)
                 runs.append(time.perf_counter() - start)
-            times[(arch, ranking)] = statistics.median(runs)
+            times[(arch, ranking)] = median(runs)
     return times
 
 
@@ -210,7 +211,7 @@ def render(results: dict[str, Any]) -> str:
     ]
     rank_s = results["rank_s"]
     for arch in ARCHS:
-        train = statistics.median(v["train_time_s"] for v in variants.values() if v["arch"] == arch)
+        train = median(v["train_time_s"] for v in variants.values() if v["arch"] == arch)
         lines.append(
             f"| {arch} | {rank_s[f'{arch} random']:.4f} | {rank_s[f'{arch} greedy']:.4f} | "
             f"{rank_s[f'{arch} lasso']:.3f} | {train:.1f} |"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 
 from gnnaas.sampling import DepthSampler, NeighborSampler, fastpath
+from gnnaas.stats import median, percentile
 
 from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
 
@@ -124,8 +124,8 @@ def bench_case(
         "edges_per_s": edges / total,
         "cpu_edges_per_s": edges / sum(cpu_times),
         "batches_per_s": len(times) / total,
-        "p50_ms": statistics.median(times_ms),
-        "p95_ms": times_ms[min(len(times_ms) - 1, int(0.95 * len(times_ms)))],
+        "p50_ms": median(times_ms),
+        "p95_ms": percentile(times_ms, 95),
         "edges_per_batch": edges / len(times),
         "nodes_per_batch": nodes / len(times),
     }
@@ -136,10 +136,7 @@ def _spread(values: list[float], scale: float = 1.0, fmt: str = ".2f") -> str:
     vals = [v / scale for v in values]
     if len(vals) == 1:
         return format(vals[0], fmt)
-    return (
-        f"{format(statistics.median(vals), fmt)} "
-        f"({format(min(vals), fmt)}–{format(max(vals), fmt)})"
-    )
+    return f"{format(median(vals), fmt)} ({format(min(vals), fmt)}–{format(max(vals), fmt)})"
 
 
 def render(results: dict[str, Any]) -> str:
@@ -186,8 +183,8 @@ def render(results: dict[str, Any]) -> str:
                 f"{_spread(col('edges_per_s'), 1e6)} | "
                 f"{_spread(col('batches_per_s'), fmt='.1f')} | "
                 f"{_spread(col('p50_ms'))} | {_spread(col('p95_ms'))} | "
-                f"{statistics.median(col('edges_per_batch')):,.0f} | "
-                f"{statistics.median(col('nodes_per_batch')):,.0f} |"
+                f"{median(col('edges_per_batch')):,.0f} | "
+                f"{median(col('nodes_per_batch')):,.0f} |"
             )
     lines.append("")
     return "\n".join(lines)

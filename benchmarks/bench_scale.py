@@ -48,7 +48,6 @@ import datetime
 import importlib.util
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +55,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from gnnaas.stats import median, percentile
 
 from common import (
     QUICK,
@@ -260,7 +261,7 @@ def scrape_cost(url: str, scrapes: int = 20) -> dict[str, float]:
             took.append(1e3 * (time.perf_counter() - t0))
     used = sum(after - t for p, t in before.items() if (after := process_cpu_s(p)) > 0)
     return {
-        "p50_ms": float(np.percentile(took, 50)),
+        "p50_ms": percentile(took, 50),
         "cpu_ms_per_scrape": 1e3 * used / scrapes,
         "bytes": float(size),
     }
@@ -279,7 +280,7 @@ def sequential_p50s(
             )
             step = asyncio.run(run_closed(pol.url or "", bodies, pol.headers, spec))
             latencies[pol.key].append(step.latency_ms[np.isfinite(step.latency_ms)])
-    return {k: float(np.percentile(np.concatenate(v), 50)) for k, v in latencies.items()}
+    return {k: percentile(np.concatenate(v), 50) for k, v in latencies.items()}
 
 
 def measure(
@@ -482,7 +483,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _median(values: Sequence[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+    return f"{median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
 
 
 def _rates(results: dict[str, Any], size: str, key: str) -> list[float]:
@@ -508,7 +509,7 @@ def _ray_goals(results: dict[str, Any], name: str) -> list[dict[str, Any]]:
         })  # fmt: skip
     mine, base = _rates(results, "1", name), _rates(results, "1", floor)
     if mine and base and all(b > 0 for b in base):
-        ratio = statistics.median(m / b for m, b in zip(mine, base, strict=True))
+        ratio = median(m / b for m, b in zip(mine, base, strict=True))
         goals.append({
             "goal": "1-node sustained rate at p99 ≤ 20 ms / the trivial app's on Ray "
             f"≥ {RATE_GOAL}",
@@ -532,7 +533,7 @@ def _ray_goals(results: dict[str, Any], name: str) -> list[dict[str, Any]]:
         excess = _paired_excess(costs[name], costs[floor], alone)
         if excess is not None:
             low, high = median_interval(excess)
-            mid = statistics.median(excess)
+            mid = median(excess)
             goals.append({
                 "goal": f"{size}-node CPU per request ≤ the trivial app's on Ray + "
                 f"{CPU_GOAL_FACTOR:g} × one process's (request alone), median over rounds",
@@ -555,16 +556,16 @@ def _ray_goals(results: dict[str, Any], name: str) -> list[dict[str, Any]]:
 def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """A distribution-free interval of the median of ``values``: the order statistics
     ``x(k)``, ``x(n+1-k)`` for the largest ``k`` with ``P(Binomial(n, 1/2) < k) <= (1-level)/2``
-    (the whole range when ``n`` is too small for ``level``)."""
-    xs = sorted(values)
-    n, tail, k = len(xs), 0.0, 0
-    while k < n // 2:
-        tail += math.comb(n, k) / 2**n
-        if tail > (1 - level) / 2:
-            break
-        k += 1
-    k = max(k, 1)
-    return xs[k - 1], xs[n - k]
+    (:func:`scipy.stats.quantile_test`'s interval; the whole range when ``n`` is too small for
+    ``level``, where scipy gives NaN)."""
+    from scipy.stats import quantile_test
+
+    ci = quantile_test(values, p=0.5).confidence_interval(level)
+    low, high = float(ci.low), float(ci.high)
+    return (
+        min(values) if math.isnan(low) else low,
+        max(values) if math.isnan(high) else high,
+    )
 
 
 def _paired_excess(
@@ -585,7 +586,7 @@ def _verdicts(results: dict[str, Any]) -> list[str]:
     for size in results["sizes"]:
         single, workers = _rates(results, size, "single"), _rates(results, size, "workers2")
         if single and workers:
-            ratio = statistics.median(w / s for w, s in zip(workers, single, strict=True))
+            ratio = median(w / s for w, s in zip(workers, single, strict=True))
             lines.append(
                 f"- {size}-node: `--workers 2` / one process = {ratio:.2f} of its sustained rate "
                 "(median of repeats)"

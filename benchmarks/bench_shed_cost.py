@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     RESULTS,
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name, rows in slices.items():
         cases[name] = {
             "slices": rows,
-            **{k: statistics.median(row[k] for row in rows) for k in rows[0]},
+            **{k: median(row[k] for row in rows) for k in rows[0]},
         }
     served = cases["served"]["server_cpu_ms"]
     for c in cases.values():

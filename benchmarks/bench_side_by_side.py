@@ -23,11 +23,12 @@ import argparse
 import concurrent.futures
 import http.client
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 from common import (
     RESULTS,
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "variant": vid,
                 "server_ms": {str(s): drift[f"<={s}"]["measured_ms_median"] for s in args.sizes},
-                "profiler_ms": {str(s): statistics.median(ours[(vid, s)]) for s in args.sizes},
+                "profiler_ms": {str(s): median(ours[(vid, s)]) for s in args.sizes},
             }
         )
     return {
@@ -136,7 +137,7 @@ def render(results: dict[str, Any]) -> str:
     absd = sorted(abs(d) for d in diffs)
     lines += [
         "",
-        f"Median |difference| {absd[len(absd) // 2]:.1%}, worst {absd[-1]:.1%}, over "
+        f"Median |difference| {median(absd):.1%}, worst {absd[-1]:.1%}, over "
         f"{len(absd)} (variant, size) pairs.",
         "",
     ]

@@ -43,6 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gnnaas.stats import median
+
 from common import (
     REPO,
     RESULTS,
@@ -109,7 +111,7 @@ def run_cuda_tests(timeout_s: float) -> dict[str, Any]:
 
 
 def _p50(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
+    return median(values) if values else float("nan")
 
 
 def latency_grid(args: argparse.Namespace, deadline: float, device: str = "cuda") -> dict[str, Any]:

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from gnnaas import stats
+
 __all__ = [
     "CLIENTS",
     "ServerProcess",
@@ -161,11 +163,12 @@ class StepResult:
         return 1.0 - self.share(200) - self.share(503)
 
     def percentile(self, q: float) -> float:
-        """Latency percentile (ms) over the requests not rejected; a timeout counts as infinite."""
+        """Latency percentile (ms, :func:`gnnaas.stats.percentile`) over the requests not
+        rejected; a timeout counts as infinite (a percentile that reaches one is infinite)."""
         lat = self.latency_ms[self.status != 503]
         if lat.size == 0:
             return math.nan
-        return float(np.percentile(lat, q, method="higher"))
+        return stats.percentile(lat, q)
 
     def slo_attainment(self, slo_ms: float) -> float:
         """Share of the sent requests answered 200 within ``slo_ms``."""
@@ -225,7 +228,7 @@ class StepResult:
             "p99_ms": self.percentile(99),
             "rejected": self.rejected_share,
             "errors": self.error_share,
-            "lag_p99_ms": float(np.percentile(self.lag_ms, 99)) if self.sent else math.nan,
+            "lag_p99_ms": stats.percentile(self.lag_ms, 99) if self.sent else math.nan,
             "client_cpu_ms_per_request": 1e3 * self.client_cpu_s / max(self.sent, 1),
         }
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from gnnaas import stats
 
 from loadgen import StepResult, StepSpec, run_closed, run_step
 
@@ -166,9 +166,10 @@ def sequential_p50(url: str, bodies: list[bytes], headers: dict[str, str], n: in
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile of the values that are not NaN (NaN when none is)."""
-    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    return float(np.percentile(arr, q)) if arr.size else math.nan
+    """The ``q``-th percentile (:func:`gnnaas.stats.percentile`) of the values that are not NaN
+    (a missing timing), NaN when none is."""
+    kept = [v for v in values if not math.isnan(v)]
+    return stats.percentile(kept, q) if kept else math.nan
 
 
 def overhead(

@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from gnnaas.stats import median
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -88,7 +89,7 @@ def speedups() -> str:
                 if tol not in tolerances:
                     tolerances.append(tol)
                 spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
-                cells[tol] = f"**{statistics.median(ratios):.2f}×**{spread}"
+                cells[tol] = f"**{median(ratios):.2f}×**{spread}"
                 shares[tol] = _share(block, pol["key"], exact)
             bound = block.get("bound_ms")
             exact_cell = ", ".join(

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,6 +145,21 @@ def test_a_cuda_run_names_its_card_and_a_cpu_run_names_none() -> None:
     assert gpu_words({"gpu": None}, "cuda") == ""
 
 
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_bench_scale_median_interval_is_the_order_statistic_rule(level: float) -> None:
+    """``x(k)``, ``x(n+1-k)`` for the largest ``k`` with ``P(Binomial(n, 1/2) < k) <= (1-level)/2``,
+    at least 1, on shuffled samples with ties."""
+    from bench_scale import median_interval
+    from scipy.stats import binom
+
+    rng = np.random.default_rng(0)
+    for n in range(1, 60):
+        values = sorted(rng.integers(0, 3 * n, size=n).astype(float))
+        k = max(1, sum(binom.cdf(j - 1, n, 0.5) <= (1 - level) / 2 for j in range(1, n // 2 + 1)))
+        shuffled = list(rng.permutation(values))
+        assert median_interval(shuffled, level) == (values[k - 1], values[n - k]), n
+
+
 def test_bench_scale_judges_the_ray_cpu_goal_per_round() -> None:
     """The median of a sample has a distribution-free interval of order statistics, and the
     CPU goal is the median of each round's excess over its bound (trivial + 1.2 × alone)."""
@@ -151,6 +167,7 @@ def test_bench_scale_judges_the_ray_cpu_goal_per_round() -> None:
 
     assert median_interval(list(range(1, 13))) == (3, 10)  # P(Bin(12, 1/2) <= 2) = 0.019
     assert median_interval([5.0, 1.0, 3.0]) == (1.0, 5.0)  # too few for 95%: the whole range
+    assert median_interval([2.0, 1.0], level=0.5) == (1.0, 2.0)  # scipy: (nan, 2)
     mine = {"slices_ms": [9.0, 9.5, 8.0]}
     floor = {"slices_ms": [8.0, 8.0, 8.0]}
     alone = {"slices_ms": [0.5, 0.5, 1.0]}

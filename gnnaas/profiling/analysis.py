@@ -14,6 +14,8 @@ import math
 
 import pandas as pd
 
+from gnnaas.stats import median
+
 __all__ = [
     "VAL_TEST_TOLERANCE",
     "display_order",
@@ -155,7 +157,7 @@ def perfmodel_ratios(val: pd.DataFrame) -> tuple[float, float]:
 
     def ratio(pred: str, meas: str) -> float:
         values = (val[pred] / val[meas].where(val[meas] > 0)).dropna()
-        return float(values.median()) if not values.empty else math.nan
+        return median(values.to_numpy()) if not values.empty else math.nan
 
     return ratio("pred_comm_ms", "comm_ms"), ratio("pred_comp_ms", "comp_ms")
 

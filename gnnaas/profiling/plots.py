@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gnnaas import stats
 from gnnaas.profiling._figures import (
     ARCH_MARKERS,
     arch_handles,
@@ -209,7 +210,7 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "")
         ax.set_xlabel(f"measured {name} p50 (ms)")
         ax.set_ylabel(f"predicted {name} (ms)")
         ratios = (val[predicted] / val[measured].where(val[measured] > 0)).dropna()
-        median = f"{ratios.median():.2g}x" if not ratios.empty else "n/a"
+        median = f"{stats.median(ratios.to_numpy()):.2g}x" if not ratios.empty else "n/a"
         ax.set_title(f"{name}: median predicted/measured {median}")
         ax.grid(alpha=0.3, which="both")
         handles = ax.get_legend_handles_labels()[0]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gnnaas.stats import percentile
 from gnnaas.typing import Device
 
 __all__ = ["LatencyStats", "StageClock", "peak_memory_bytes", "summarize", "synchronize"]
@@ -89,7 +90,7 @@ class LatencyStats:
 
 
 def summarize(samples_ms: Sequence[float]) -> LatencyStats:
-    """Percentiles (linear interpolation), mean and std of timings.
+    """Percentiles (:func:`gnnaas.stats.percentile`), mean and std of timings.
 
     Args:
         samples_ms (Sequence[float]): one timing per run, in ms.
@@ -104,11 +105,10 @@ def summarize(samples_ms: Sequence[float]) -> LatencyStats:
     if len(samples_ms) == 0:
         raise ValueError("summarize: samples_ms must hold at least one timing (got none)")
     arr = np.asarray(samples_ms, dtype=np.float64)
-    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
     return LatencyStats(
-        p50=float(p50),
-        p95=float(p95),
-        p99=float(p99),
+        p50=percentile(arr, 50),
+        p95=percentile(arr, 95),
+        p99=percentile(arr, 99),
         mean=float(arr.mean()),
         std=float(arr.std()),
         count=int(arr.size),

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -66,9 +65,12 @@ _CHUNK_ELEMENTS = 2_000_000  # resampled node indices held at once (16 MB of int
 def wilson_interval(k: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion, in percent.
 
+    Computed by :func:`scipy.stats.binomtest` (``proportion_ci(method="wilson")``), whose ends
+    are exactly 0 when ``k == 0`` and 100 when ``k == n``.
+
     Args:
-        k (float): successes (correct nodes).
-        n (float): trials (evaluation nodes).
+        k (float): successes (correct nodes), a whole number.
+        n (float): trials (evaluation nodes), a whole number.
         confidence (float, optional): two-sided coverage. (default: ``0.95``)
 
     Returns:
@@ -78,18 +80,19 @@ def wilson_interval(k: float, n: float, confidence: float = 0.95) -> tuple[float
         >>> [round(v, 2) for v in wilson_interval(8, 10)]
         [49.02, 94.33]
     """
+    # imported on first use: the server imports this module (for admissible) and should not
+    # pay for loading scipy.stats, which only the profiler needs
+    from scipy.stats import binomtest
+
     _check_confidence(confidence)
     if n < 0 or k < 0 or k > n:
         raise ValueError(f"wilson_interval: need 0 <= k <= n (got k={k}, n={n})")
+    if not (float(k).is_integer() and float(n).is_integer()):
+        raise ValueError(f"wilson_interval: k and n must be whole numbers (got k={k}, n={n})")
     if n == 0:
         return math.nan, math.nan
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    lo = 0.0 if k == 0 else max(centre - half, 0.0)  # exact ends: no 1e-15 rounding residue
-    hi = 1.0 if k == n else min(centre + half, 1.0)
-    return 100.0 * lo, 100.0 * hi
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return 100.0 * float(ci.low), 100.0 * float(ci.high)
 
 
 def _check_confidence(confidence: float) -> None:

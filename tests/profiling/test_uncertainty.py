@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -69,12 +70,35 @@ def test_wilson_interval_known_values(k: int, n: int, lo: float, hi: float) -> N
     assert wilson_interval(k, n) == pytest.approx((lo, hi), abs=1e-3)
 
 
+def _wilson_formula(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """The score interval written out (Wilson 1927), the reference scipy's result must equal."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return 100.0 * max(centre - half, 0.0), 100.0 * min(centre + half, 1.0)
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.9, 0.95, 0.99])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 31, 100, 540, 1543])
+def test_wilson_interval_is_the_score_formula(n: int, confidence: float) -> None:
+    for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+        expected = _wilson_formula(k, n, confidence)
+        assert wilson_interval(k, n, confidence) == pytest.approx(expected, abs=1e-9)
+        # accuracy_interval passes sums of 0/1 floats: whole numbers as floats give the same
+        assert wilson_interval(float(k), float(n), confidence) == wilson_interval(k, n, confidence)
+    assert wilson_interval(0, n, confidence)[0] == 0.0  # exact ends, no rounding residue
+    assert wilson_interval(n, n, confidence)[1] == 100.0
+
+
 def test_wilson_interval_edges() -> None:
     assert all(math.isnan(v) for v in wilson_interval(0, 0))
     narrow, wide = wilson_interval(90, 100, 0.5), wilson_interval(90, 100, 0.99)
     assert wide[0] < narrow[0] < 90 < narrow[1] < wide[1]
     with pytest.raises(ValueError, match="0 <= k <= n"):
         wilson_interval(11, 10)
+    with pytest.raises(ValueError, match=r"whole numbers \(got k=2.5, n=10\)"):
+        wilson_interval(2.5, 10)
     with pytest.raises(ValueError, match="confidence must be in"):
         wilson_interval(1, 10, 1.5)
 

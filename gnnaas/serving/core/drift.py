@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gnnaas.stats import median
 
 __all__ = ["DRIFT_BUCKETS", "DriftRecord", "DriftSample"]
 
@@ -80,13 +81,13 @@ def _stats(samples: Sequence[DriftSample], jitter: float) -> dict[str, Any]:
     scaled = [s.scaled_rel_error for s in samples]
     return {
         "count": len(samples),
-        "median_abs_rel_error": statistics.median(abs(e) for e in errors),
-        "median_rel_error": statistics.median(errors),
-        "median_abs_rel_error_scaled": statistics.median(abs(e) for e in scaled),
-        "median_rel_error_scaled": statistics.median(scaled),
-        "factor_median": statistics.median(s.factor for s in samples),
-        "predicted_ms_median": statistics.median(s.predicted_ms for s in samples),
-        "measured_ms_median": statistics.median(s.measured_ms for s in samples),
+        "median_abs_rel_error": median(abs(e) for e in errors),
+        "median_rel_error": median(errors),
+        "median_abs_rel_error_scaled": median(abs(e) for e in scaled),
+        "median_rel_error_scaled": median(scaled),
+        "factor_median": median(s.factor for s in samples),
+        "predicted_ms_median": median(s.predicted_ms for s in samples),
+        "measured_ms_median": median(s.measured_ms for s in samples),
         "jitter": jitter,
     }
 
@@ -99,10 +100,10 @@ def _jitter(samples: Sequence[DriftSample]) -> float:
         by_size.setdefault(s.batch_nodes, []).append(s.measured_ms)
     devs = []
     for times in by_size.values():
-        mid = statistics.median(times)
+        mid = median(times)
         if mid > 0:
             devs += [abs(t / mid - 1.0) for t in times]
-    return statistics.median(devs) if devs else math.nan
+    return median(devs) if devs else math.nan
 
 
 class DriftRecord:
