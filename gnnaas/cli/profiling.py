@@ -282,6 +282,13 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """Adds ``profile``, ``report``, ``cache-plan`` and ``prepare`` to the subcommands ``sub``."""
+    _add_profile_parser(sub)
+    _add_report_parser(sub)
+    _add_cache_plan_parser(sub)
+    _add_prepare_parser(sub)
+
+
+def _add_profile_parser(sub: Any) -> None:
     p = sub.add_parser(
         "profile",
         help="profile every variant of a dataset",
@@ -319,6 +326,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=_cmd_profile)
 
+
+def _add_report_parser(sub: Any) -> None:
     p = sub.add_parser(
         "report",
         help="write report.md and plots from a dataset's profiles",
@@ -334,6 +343,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=_cmd_report)
 
+
+def _add_cache_plan_parser(sub: Any) -> None:
     p = sub.add_parser(
         "cache-plan",
         help="plan each variant's device feature cache for a memory budget",
@@ -394,6 +405,8 @@ def add_parsers(sub: Any) -> None:
     _add_quiet(p)
     p.set_defaults(func=_cmd_cache_plan)
 
+
+def _add_prepare_parser(sub: Any) -> None:
     p = sub.add_parser(
         "prepare",
         help="generate and profile default variants unless present",

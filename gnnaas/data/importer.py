@@ -224,46 +224,17 @@ def import_graph(
         check_not_imported(name, root)  # fail before reading gigabytes
     files = _files(edges, features, labels, splits, from_pyg)
 
-    own: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-    if "pyg" in files:
-        say(f"reading {files['pyg'].shown}")
-        graph = read_pyg(files["pyg"], multi_label)
-        x, y, num_classes, own = graph["x"], graph["y"], graph["num_classes"], graph["split"]
-        n = x.shape[0]
-        say(f"building the CSR of {graph['src'].size} edges")
-        key = _edge_keys(graph.pop("src"), graph.pop("dst"), n, undirected)
-        rowptr, col = _keys_to_csr(key, n, dedupe=undirected)
-        del key  # col, or the deduplicated copy of it
-    else:
-        say(f"reading features from {files['features'].shown}")
-        x = read_features(files["features"])
-        n = x.shape[0]
-        say(f"reading labels from {files['labels'].shown}")
-        y, num_classes = read_labels(files["labels"], n, multi_label)
-        own = None
-        if "splits" in files:
-            say(f"reading splits from {files['splits'].shown}")
-            own = read_splits(files["splits"], n)
-        say(f"reading edges from {files['edges'].shown}")
-        src, dst = read_edges(files["edges"], n)
-        say(f"building the CSR of {src.size} edges")
-        key = _edge_keys(src, dst, n, undirected)
-        del src, dst  # only the keys from here on: they become col
-        release_unused_memory()
-        rowptr, col = _keys_to_csr(key, n, dedupe=undirected)
-        del key
+    read = _read_pyg_graph if "pyg" in files else _read_graph_files
+    graph = read(files, multi_label=multi_label, undirected=undirected, say=say)
+    x, y, own, rowptr, col = graph.x, graph.y, graph.own, graph.rowptr, graph.col
+    n = x.shape[0]
 
     y_t = _tensor(y)
     own_t = None if own is None else tuple(_tensor(ids.astype(np.int64)) for ids in own)
     train, val, test = choose_split(y_t, own_t, seed=0)  # type: ignore[arg-type]
     replaced = own is not None and own[0].size < MIN_TRAIN_FRACTION * n
     if own is None or replaced:
-        for part, ids in zip(("train", "val", "test"), (train, val, test), strict=True):
-            if ids.numel() == 0:
-                raise ConfigError(
-                    f"import: the default stratified 60/20/20 split of {n} nodes leaves '{part}' "
-                    "empty (too few nodes per class); pass --splits FILE"
-                )
+        _check_default_split(n, train, val, test)
     isolated = np.count_nonzero((np.diff(rowptr) == 0) & (np.bincount(col, minlength=n) == 0))
     empty = torch.empty(0, dtype=torch.long)
     tensors = {
@@ -277,7 +248,12 @@ def import_graph(
     }
     say(f"writing the store into {root}")
     path = write_imported(
-        name, tensors, num_classes=num_classes, multi_label=multi_label, force=force, home=root
+        name,
+        tensors,
+        num_classes=graph.num_classes,
+        multi_label=multi_label,
+        force=force,
+        home=root,
     )
     return ImportResult(
         name=name,
@@ -285,7 +261,7 @@ def import_graph(
         num_nodes=n,
         num_edges=int(col.size),
         num_features=int(x.shape[1]),
-        num_classes=num_classes,
+        num_classes=graph.num_classes,
         multi_label=multi_label,
         num_isolated=int(isolated),
         split="given" if own is not None and not replaced else "default",
@@ -293,3 +269,64 @@ def import_graph(
         split_replaced=replaced,
         import_time_s=time.perf_counter() - start,
     )
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """A user's graph as read and checked, before it is stored."""
+
+    x: np.ndarray  # [N, F] float32
+    y: np.ndarray  # [N] class ids or [N, C] 0/1
+    num_classes: int
+    own: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the given split's node ids, if any
+    rowptr: np.ndarray  # [N + 1] int64
+    col: np.ndarray  # [E'] int64
+
+
+def _read_pyg_graph(
+    files: dict[str, SourceFile], *, multi_label: bool, undirected: bool, say: Callable[[str], None]
+) -> _Graph:
+    """``--from-pyg``: one safetensors file holds every tensor."""
+    say(f"reading {files['pyg'].shown}")
+    graph = read_pyg(files["pyg"], multi_label)
+    x = graph["x"]
+    n = x.shape[0]
+    say(f"building the CSR of {graph['src'].size} edges")
+    key = _edge_keys(graph.pop("src"), graph.pop("dst"), n, undirected)
+    rowptr, col = _keys_to_csr(key, n, dedupe=undirected)
+    del key  # col, or the deduplicated copy of it
+    return _Graph(x, graph["y"], graph["num_classes"], graph["split"], rowptr, col)
+
+
+def _read_graph_files(
+    files: dict[str, SourceFile], *, multi_label: bool, undirected: bool, say: Callable[[str], None]
+) -> _Graph:
+    """The features first (they fix ``N``), then the labels, the optional split and the edges."""
+    say(f"reading features from {files['features'].shown}")
+    x = read_features(files["features"])
+    n = x.shape[0]
+    say(f"reading labels from {files['labels'].shown}")
+    y, num_classes = read_labels(files["labels"], n, multi_label)
+    own = None
+    if "splits" in files:
+        say(f"reading splits from {files['splits'].shown}")
+        own = read_splits(files["splits"], n)
+    say(f"reading edges from {files['edges'].shown}")
+    src, dst = read_edges(files["edges"], n)
+    say(f"building the CSR of {src.size} edges")
+    key = _edge_keys(src, dst, n, undirected)
+    del src, dst  # only the keys from here on: they become col
+    release_unused_memory()
+    rowptr, col = _keys_to_csr(key, n, dedupe=undirected)
+    del key
+    return _Graph(x, y, num_classes, own, rowptr, col)
+
+
+def _check_default_split(n: int, *parts: torch.Tensor) -> None:
+    """The default split leaves no part empty (else the user must give one)."""
+    for part, ids in zip(("train", "val", "test"), parts, strict=True):
+        if ids.numel() == 0:
+            raise ConfigError(
+                f"import: the default stratified 60/20/20 split of {n} nodes leaves '{part}' "
+                "empty (too few nodes per class); pass --splits FILE"
+            )

@@ -445,20 +445,30 @@ def _json_ids(file: SourceFile, key: str, values: Any) -> np.ndarray:
 def read_splits(file: SourceFile, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``train``, ``val``, ``test`` int64 node ids from JSON or a ``split`` column."""
     if file.kind == "json":
-        try:
-            data = json.loads(file.path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as exc:
-            raise file.unreadable(exc) from None
-        if not isinstance(data, dict):
-            raise file.fail('expected a JSON object {"train": [...], "val": [...], "test": [...]}')
-        for key in data:
-            if key not in SPLIT_NAMES:
-                raise file.fail(f"unknown key '{key}'; expected train, val and test")
-        for key in SPLIT_NAMES:
-            if key not in data:
-                raise file.fail(f"no key '{key}'; expected train, val and test")
-        parts = {key: _json_ids(file, key, data[key]) for key in SPLIT_NAMES}
-        return check_split_parts(file, parts, n, positions=True)
+        return _json_splits(file, n)
+    return _column_splits(file, n)
+
+
+def _json_splits(file: SourceFile, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``{"train": [...], "val": [...], "test": [...]}``: node ids per split."""
+    try:
+        data = json.loads(file.path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise file.unreadable(exc) from None
+    if not isinstance(data, dict):
+        raise file.fail('expected a JSON object {"train": [...], "val": [...], "test": [...]}')
+    for key in data:
+        if key not in SPLIT_NAMES:
+            raise file.fail(f"unknown key '{key}'; expected train, val and test")
+    for key in SPLIT_NAMES:
+        if key not in data:
+            raise file.fail(f"no key '{key}'; expected train, val and test")
+    parts = {key: _json_ids(file, key, data[key]) for key in SPLIT_NAMES}
+    return check_split_parts(file, parts, n, positions=True)
+
+
+def _column_splits(file: SourceFile, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A ``split`` column, one row per node: ``train``, ``val``, ``test`` or empty (none)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

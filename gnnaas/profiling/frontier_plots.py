@@ -73,100 +73,14 @@ def accuracy_intervals(
     Returns:
         Path: ``path``.
     """
-    from matplotlib.lines import Line2D
-
     order = val.sort_values(["accuracy", "latency_ms"], ascending=[False, True])
     n = len(order)
     fig, axes = figure(11.0, max(3.8, 0.26 * n + 2.2), 1, 2, sharey=True, width_ratios=[1, 1.3])
     left, right = axes[0]
-    ys = list(range(n))
-    test_by = test.set_index("variant").reindex(order["variant"])
-    style = {"capsize": 2, "lw": 1}
-    left.errorbar(
-        order["accuracy"],
-        ys,
-        xerr=_interval_errors(order),
-        fmt="o",
-        ms=4,
-        color="#4c72b0",
-        label="validation",
-        **style,
-    )
-    left.errorbar(
-        test_by["accuracy"],
-        [y + 0.3 for y in ys],
-        xerr=_interval_errors(test_by),
-        fmt="s",
-        ms=3,
-        color="#dd8452",
-        label="test",
-        **style,
-    )
-    left.set_xlabel("accuracy (%) with 95% interval")
-    left.set_yticks(ys, list(order["variant"]), fontsize=8)
-    left.set_ylim(n - 0.4, -0.7)  # most accurate on top
-    left.grid(axis="x", alpha=0.3)
-    # the top rows are the most accurate: the upper left corner stays empty
-    left.legend(fontsize=8, loc="upper left")
-    left.set_title("accuracy per variant")
-
+    _accuracy_panel(left, order, test.set_index("variant").reindex(order["variant"]))
     has_pairs = "diff_best_lo" in order.columns and order["diff_best_lo"].notna().any()
     if has_pairs:
-        drawn: set[int | None] = set()
-        for y, r in zip(ys, order.itertuples(), strict=True):
-            first = _first_admitting(r, tolerances)
-            drawn.add(first)
-            color = _NEVER_COLOR if first is None else _ADMIT_COLORS[first % len(_ADMIT_COLORS)]
-            right.errorbar(
-                [r.diff_best],
-                [y],
-                xerr=[
-                    [max(r.diff_best - r.diff_best_lo, 0)],
-                    [max(r.diff_best_hi - r.diff_best, 0)],
-                ],
-                fmt="o",
-                ms=5,
-                color=color,
-                capsize=3,
-                lw=1.5,
-            )
-        for tol in tolerances:
-            right.axvline(
-                -tol, color="black" if tol == 0 else "gray", lw=0.8, ls="-" if tol == 0 else ":"
-            )
-        # the tolerances as ticks of a top axis: one short number each, no overprinted labels
-        top = right.secondary_xaxis("top")
-        top.set_xticks([-float(t) for t in tolerances], [f"{t:g}" for t in tolerances], fontsize=8)
-        top.set_xlabel("tolerance N (points; dotted lines at −N)", fontsize=8)
-        handles = [
-            Line2D(
-                [],
-                [],
-                marker="o",
-                ls="",
-                color=_ADMIT_COLORS[i % len(_ADMIT_COLORS)],
-                label=f"admitted from N = {t:g}",
-            )
-            for i, t in enumerate(tolerances)
-            if i in drawn
-        ]
-        if None in drawn:
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    marker="o",
-                    ls="",
-                    color=_NEVER_COLOR,
-                    label=f"not admitted at N ≤ {tolerances[-1]:g}",
-                )
-            )
-        right.legend(handles=handles, fontsize=8, loc="lower right")
-        best = order["best_variant"].dropna()
-        right.set_title(f"paired difference to the best ({best.iloc[0] if len(best) else '?'})")
-        right.set_xlabel("validation accuracy minus the best's (points), paired 95% interval")
-        lo = float(min(order["diff_best_lo"].min(), -max(tolerances))) - 0.5
-        right.set_xlim(lo, max(float(order["diff_best_hi"].max()), 0.0) + 0.5)
+        _paired_difference_panel(right, order, tolerances)
     else:
         right.text(
             0.5,
@@ -179,6 +93,106 @@ def accuracy_intervals(
     right.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{dataset}: accuracy with its uncertainty (validation split)")
     return save_png(fig, path)
+
+
+def _accuracy_panel(ax: Any, order: pd.DataFrame, test_by: pd.DataFrame) -> None:
+    """Validation and test accuracy with their intervals, one row per variant of ``order``
+    (``test_by``: the test rows in that order)."""
+    n = len(order)
+    ys = list(range(n))
+    style = {"capsize": 2, "lw": 1}
+    ax.errorbar(
+        order["accuracy"],
+        ys,
+        xerr=_interval_errors(order),
+        fmt="o",
+        ms=4,
+        color="#4c72b0",
+        label="validation",
+        **style,
+    )
+    ax.errorbar(
+        test_by["accuracy"],
+        [y + 0.3 for y in ys],
+        xerr=_interval_errors(test_by),
+        fmt="s",
+        ms=3,
+        color="#dd8452",
+        label="test",
+        **style,
+    )
+    ax.set_xlabel("accuracy (%) with 95% interval")
+    ax.set_yticks(ys, list(order["variant"]), fontsize=8)
+    ax.set_ylim(n - 0.4, -0.7)  # most accurate on top
+    ax.grid(axis="x", alpha=0.3)
+    # the top rows are the most accurate: the upper left corner stays empty
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("accuracy per variant")
+
+
+def _paired_difference_panel(ax: Any, order: pd.DataFrame, tolerances: Sequence[float]) -> None:
+    """The forest plot of each variant's paired difference to the best, coloured by the smallest
+    tolerance that admits it, with the tolerances as dotted lines named on a top axis."""
+    drawn: set[int | None] = set()
+    for y, r in enumerate(order.itertuples()):
+        first = _first_admitting(r, tolerances)
+        drawn.add(first)
+        color = _NEVER_COLOR if first is None else _ADMIT_COLORS[first % len(_ADMIT_COLORS)]
+        ax.errorbar(
+            [r.diff_best],
+            [y],
+            xerr=[
+                [max(r.diff_best - r.diff_best_lo, 0)],
+                [max(r.diff_best_hi - r.diff_best, 0)],
+            ],
+            fmt="o",
+            ms=5,
+            color=color,
+            capsize=3,
+            lw=1.5,
+        )
+    for tol in tolerances:
+        ax.axvline(-tol, color="black" if tol == 0 else "gray", lw=0.8, ls="-" if tol == 0 else ":")
+    # the tolerances as ticks of a top axis: one short number each, no overprinted labels
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([-float(t) for t in tolerances], [f"{t:g}" for t in tolerances], fontsize=8)
+    top.set_xlabel("tolerance N (points; dotted lines at −N)", fontsize=8)
+    ax.legend(handles=_admission_handles(drawn, tolerances), fontsize=8, loc="lower right")
+    best = order["best_variant"].dropna()
+    ax.set_title(f"paired difference to the best ({best.iloc[0] if len(best) else '?'})")
+    ax.set_xlabel("validation accuracy minus the best's (points), paired 95% interval")
+    lo = float(min(order["diff_best_lo"].min(), -max(tolerances))) - 0.5
+    ax.set_xlim(lo, max(float(order["diff_best_hi"].max()), 0.0) + 0.5)
+
+
+def _admission_handles(drawn: set[int | None], tolerances: Sequence[float]) -> list[Any]:
+    """Legend entries for the colours drawn: each admitting tolerance, and "not admitted"."""
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            color=_ADMIT_COLORS[i % len(_ADMIT_COLORS)],
+            label=f"admitted from N = {t:g}",
+        )
+        for i, t in enumerate(tolerances)
+        if i in drawn
+    ]
+    if None in drawn:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                ls="",
+                color=_NEVER_COLOR,
+                label=f"not admitted at N ≤ {tolerances[-1]:g}",
+            )
+        )
+    return handles
 
 
 def tolerance(table: pd.DataFrame, path: Path, *, dataset: str, tie_margin: float) -> Path:

@@ -151,41 +151,20 @@ def generate_variants(
         for arch in arch_names:
             full_spec = VariantSpec(store.name, arch, FULL_RANKING, 1)
             bar.set_postfix_str(full_spec.variant_id)
-            full_model: GNN | None = None
-            arch_config = config
-            master = _user_master(repo, full_spec)
-            if master is not None:
-                arch_config = replace(
-                    config,
-                    family=master.family,
-                    hidden_channels=master.hidden_channels,
-                    num_layers=master.num_layers,
-                    fanouts=tuple(master.fanouts),
-                )
-                rows.append(_skipped_row(master, status="user"))
-                full_fresh = False
-            elif not force and repo.matches(full_spec, config, num_features=num_features):
-                rows.append(_skipped_row(repo.manifest(store.name, full_spec.variant_id)))
-                full_fresh = False
-            else:
-                keep_all = torch.arange(num_features, dtype=torch.int64)
-                result = _train(store, full_spec, config, keep_all, device)
-                full_model = result.model
-                _save(repo, store, full_spec, config, keep_all, result)
-                rows.append(_trained_row(full_spec, num_features, result))
-                full_fresh = True
+            full = _full_model(store, repo, full_spec, config, device=device, force=force)
+            rows.append(full.row)
             bar.update(1)
             rows += _generate_pruned(
                 store,
                 repo,
                 full_spec,
-                full_model,
+                full.model,
                 ranking_names,
                 pruned,
-                arch_config,
+                full.config,
                 device=device,
                 force=force,
-                full_fresh=full_fresh,
+                full_fresh=full.fresh,
                 bar=bar,
                 warm_start=warm_start,
             )
@@ -204,6 +183,55 @@ def generate_variants(
         progress=progress,
     )
     return rows
+
+
+@dataclass(frozen=True)
+class _FullModel:
+    """An arch's 1× model as :func:`generate_variants` found or made it.
+
+    Args:
+        row (GenerateRow): its summary line.
+        model (GNN, optional): the model when it was trained here, else ``None`` (loaded from the
+            repository only if a pruned variant needs it).
+        config (TrainConfig): the configuration its pruned variants train with: the request's,
+            or the layout of the user's master model.
+        fresh (bool): it was (re)trained by this run, so the variants ranked from it are stale.
+    """
+
+    row: GenerateRow
+    model: GNN | None
+    config: TrainConfig
+    fresh: bool
+
+
+def _full_model(
+    store: GraphStore,
+    repo: VariantRepository,
+    full_spec: VariantSpec,
+    config: TrainConfig,
+    *,
+    device: Device,
+    force: bool,
+) -> _FullModel:
+    """The user's master model, the stored 1× model matching ``config``, or a new one."""
+    num_features = store.num_features
+    master = _user_master(repo, full_spec)
+    if master is not None:  # never retrained; its pruned variants take its layout
+        arch_config = replace(
+            config,
+            family=master.family,
+            hidden_channels=master.hidden_channels,
+            num_layers=master.num_layers,
+            fanouts=tuple(master.fanouts),
+        )
+        return _FullModel(_skipped_row(master, status="user"), None, arch_config, fresh=False)
+    if not force and repo.matches(full_spec, config, num_features=num_features):
+        row = _skipped_row(repo.manifest(store.name, full_spec.variant_id))
+        return _FullModel(row, None, config, fresh=False)
+    keep_all = torch.arange(num_features, dtype=torch.int64)
+    result = _train(store, full_spec, config, keep_all, device)
+    _save(repo, store, full_spec, config, keep_all, result)
+    return _FullModel(_trained_row(full_spec, num_features, result), result.model, config, True)
 
 
 def _derive(

@@ -190,33 +190,19 @@ def train_model(
         >>> result.model.in_channels == result.model.first_layer_weights()[0].shape[1]
         True
     """
-    from tqdm import tqdm
-
-    from gnnaas.runtime import training_sampler
-
     start = time.perf_counter()
     config = TrainConfig() if config is None else config
     arch = Arch.parse(arch)
     device = resolve_device(device)
     keep = _check_keep(keep, store.num_features)
-
-    train = store.induced(store.train_idx)  # inductive: train-only subgraph, ids 0..n_train-1
-    x_train = train.x if keep is None else train.feature_subset(keep)  # [N_train, F_kept]
+    data = _training_data(store, keep, config)
     x_full = store.x if keep is None else store.feature_subset(keep)  # [N, F_kept]
-    seeds = train.train_idx
-    if seeds.numel() < 2:
-        raise ValueError(f"train_model needs at least 2 training nodes (got {seeds.numel()})")
-    if store.val_idx.numel() == 0:
-        raise ValueError(
-            f"train_model needs validation nodes for early stopping; store '{store.name}' has none"
-        )
-    train_sampler = training_sampler(train.rowptr, train.col, config.fanouts, seed=config.seed)
 
     torch.manual_seed(config.seed)  # init and dropout
     generator = torch.Generator().manual_seed(config.seed)  # shuffling and sampling
     model = build_model(
         arch,
-        x_train.size(1),
+        data.x.size(1),
         config.hidden_channels,
         store.num_classes,
         num_layers=config.num_layers,
@@ -227,13 +213,7 @@ def train_model(
         model.load_state_dict(init_state, strict=True)  # warm start (shapes checked by torch)
     model = model.to(device)
     if teacher is not None:
-        if teacher.in_channels != x_train.size(1) or teacher.out_channels != store.num_classes:
-            raise ConfigError(
-                f"train_model: the teacher reads {teacher.in_channels} features and predicts "
-                f"{teacher.out_channels} classes; the student reads {x_train.size(1)} and "
-                f"predicts {store.num_classes} (distill a variant from one with its kept features)"
-            )
-        teacher = teacher.to(device).eval()
+        teacher = _check_teacher(teacher, data.x.size(1), store.num_classes).to(device).eval()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     # Validation and test run the served pipeline: serving sampler (its default seed), full graph.
     eval_path = _eval_path(model, store, x_full, config.fanouts, 0, device)
@@ -241,65 +221,33 @@ def train_model(
         "dataset: %s  arch: %s  in_channels: %d  train_nodes: %d  device: %s",
         store.name,
         arch.value,
-        x_train.size(1),
-        seeds.numel(),
+        data.x.size(1),
+        data.seeds.numel(),
         device,
     )
+    run = _Run(model, optimizer, data, config, generator, device, teacher)
+    fit = _fit(run, eval_path, store, desc=f"train {arch.value}", progress=progress)
 
-    best_acc, best_epoch, best_state, stale = -1.0, 0, _copy_state(model), 0
-    history: list[dict[str, float]] = []
-    epoch = 0
-    bar = tqdm(total=config.max_epochs, desc=f"train {arch.value}", disable=not progress)
-    try:
-        for epoch in range(1, config.max_epochs + 1):
-            loss = _train_epoch(
-                model,
-                optimizer,
-                train_sampler,
-                x_train,
-                train.y,
-                seeds,
-                config,
-                generator,
-                device,
-                teacher=teacher,
-            )
-            bar.update(1)
-            if epoch % config.eval_every != 0 and epoch != config.max_epochs:
-                continue
-            val_acc = evaluate_path(eval_path, store.y, store.val_idx, config.batch_size)
-            history.append({"epoch": float(epoch), "loss": loss, "val_acc": val_acc})
-            _log.info("epoch: %03d  loss: %.4f  val_acc: %.4f", epoch, loss, val_acc)
-            bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.4f}")
-            if val_acc > best_acc:
-                best_acc, best_epoch, best_state, stale = val_acc, epoch, _copy_state(model), 0
-            else:
-                stale += 1
-                if stale >= config.patience:
-                    break
-    finally:
-        bar.close()
-
-    model.load_state_dict(best_state)
+    model.load_state_dict(fit.best_state)
     test_acc = evaluate_path(eval_path, store.y, store.test_idx, config.batch_size)
     model = model.cpu().eval()
     train_time_s = time.perf_counter() - start
     _log.info(
         "epochs: %d  best_epoch: %d  val_acc: %.4f  test_acc: %.4f  train_time_s: %.2f",
-        epoch,
-        best_epoch,
-        best_acc,
+        fit.epochs,
+        fit.best_epoch,
+        fit.best_acc,
         test_acc,
         train_time_s,
     )
     return TrainResult(
         model=model,
-        val_acc=best_acc,
+        val_acc=fit.best_acc,
         test_acc=test_acc,
-        epochs=epoch,
+        epochs=fit.epochs,
         train_time_s=train_time_s,
-        best_epoch=best_epoch,
-        history=history,
+        best_epoch=fit.best_epoch,
+        history=fit.history,
     )
 
 
@@ -365,43 +313,134 @@ def evaluate(
 # helpers
 
 
-def _train_epoch(
-    model: GNN,
-    optimizer: torch.optim.Optimizer,
-    sampler: NeighborSampler,
-    x: Tensor,
-    y: Tensor,
-    seeds: Tensor,
-    config: TrainConfig,
-    generator: torch.Generator,
-    device: torch.device,
-    *,
-    teacher: GNN | None = None,
-) -> float:
-    """One pass over shuffled ``seeds``; returns the mean training loss."""
+@dataclass(frozen=True)
+class _TrainingData:
+    """What the model trains on: the subgraph induced by the training nodes (inductive), with
+    node ids ``0..N_train-1``."""
+
+    sampler: NeighborSampler
+    x: Tensor  # [N_train, F_kept]
+    y: Tensor  # [N_train] or [N_train, C]
+    seeds: Tensor  # the training nodes, every node of the subgraph with a training label
+
+
+def _training_data(store: GraphStore, keep: Tensor | None, config: TrainConfig) -> _TrainingData:
+    """The training subgraph of ``store``, checked to hold what training and early stopping
+    need (two training nodes, validation nodes)."""
+    from gnnaas.runtime import training_sampler
+
+    train = store.induced(store.train_idx)  # inductive: train-only subgraph, ids 0..n_train-1
+    x = train.x if keep is None else train.feature_subset(keep)  # [N_train, F_kept]
+    seeds = train.train_idx
+    if seeds.numel() < 2:
+        raise ValueError(f"train_model needs at least 2 training nodes (got {seeds.numel()})")
+    if store.val_idx.numel() == 0:
+        raise ValueError(
+            f"train_model needs validation nodes for early stopping; store '{store.name}' has none"
+        )
+    sampler = training_sampler(train.rowptr, train.col, config.fanouts, seed=config.seed)
+    return _TrainingData(sampler, x, train.y, seeds)
+
+
+def _check_teacher(teacher: GNN, in_channels: int, num_classes: int) -> GNN:
+    """``teacher``, when it reads the student's features and predicts its classes."""
+    if teacher.in_channels != in_channels or teacher.out_channels != num_classes:
+        raise ConfigError(
+            f"train_model: the teacher reads {teacher.in_channels} features and predicts "
+            f"{teacher.out_channels} classes; the student reads {in_channels} and "
+            f"predicts {num_classes} (distill a variant from one with its kept features)"
+        )
+    return teacher
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One training run's moving parts, as each epoch uses them."""
+
+    model: GNN
+    optimizer: torch.optim.Optimizer
+    data: _TrainingData
+    config: TrainConfig
+    generator: torch.Generator  # shuffling and sampling
+    device: torch.device
+    teacher: GNN | None  # distillation's, in eval mode
+
+
+@dataclass
+class _Fit:
+    """The early-stopping record of a run: the best validation metric so far and its weights."""
+
+    best_state: dict[str, Tensor]
+    best_acc: float = -1.0
+    best_epoch: int = 0
+    stale: int = 0  # evaluations since the best
+    epochs: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def record(self, epoch: int, loss: float, val_acc: float, model: GNN, patience: int) -> bool:
+        """Records an evaluation; returns whether training goes on."""
+        self.history.append({"epoch": float(epoch), "loss": loss, "val_acc": val_acc})
+        if val_acc > self.best_acc:
+            self.best_acc, self.best_epoch, self.stale = val_acc, epoch, 0
+            self.best_state = _copy_state(model)
+            return True
+        self.stale += 1
+        return self.stale < patience
+
+
+def _fit(
+    run: _Run, eval_path: InferencePath, store: GraphStore, *, desc: str, progress: bool
+) -> _Fit:
+    """Trains epoch after epoch, evaluating every ``eval_every`` epochs (and after the last),
+    until ``max_epochs`` or ``patience`` evaluations without a better validation metric."""
+    from tqdm import tqdm
+
+    config = run.config
+    fit = _Fit(best_state=_copy_state(run.model))
+    bar = tqdm(total=config.max_epochs, desc=desc, disable=not progress)
+    try:
+        for epoch in range(1, config.max_epochs + 1):
+            fit.epochs = epoch
+            loss = _train_epoch(run)
+            bar.update(1)
+            if epoch % config.eval_every != 0 and epoch != config.max_epochs:
+                continue
+            val_acc = evaluate_path(eval_path, store.y, store.val_idx, config.batch_size)
+            _log.info("epoch: %03d  loss: %.4f  val_acc: %.4f", epoch, loss, val_acc)
+            bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.4f}")
+            if not fit.record(epoch, loss, val_acc, run.model, config.patience):
+                break
+    finally:
+        bar.close()
+    return fit
+
+
+def _train_epoch(run: _Run) -> float:
+    """One pass over shuffled training seeds; returns the mean training loss."""
+    model, data, device = run.model, run.data, run.device
     model.train()
-    perm = seeds[torch.randperm(seeds.numel(), generator=generator)]
-    batches = list(torch.split(perm, config.batch_size))
+    perm = data.seeds[torch.randperm(data.seeds.numel(), generator=run.generator)]
+    batches = list(torch.split(perm, run.config.batch_size))
     if len(batches) > 1 and batches[-1].numel() < 2:
         # batch norm cannot train on a single seed: fold it into the previous batch
         batches[-2:] = [torch.cat(batches[-2:])]
     total = torch.zeros((), device=device)
     for batch in batches:
-        sub = sampler.sample(batch, generator=generator)
-        xb = _to_device(x[sub.n_id], device)  # [N_s, F_kept]
-        yb = _to_device(y[sub.n_id[: sub.batch_size]], device)  # [B] or [B, C]
+        sub = data.sampler.sample(batch, generator=run.generator)
+        xb = _to_device(data.x[sub.n_id], device)  # [N_s, F_kept]
+        yb = _to_device(data.y[sub.n_id[: sub.batch_size]], device)  # [B] or [B, C]
         blocks = _blocks_to(sub.blocks, device)
         out = model(xb, blocks)  # [B, C]
         loss = _loss(out, yb)
-        if teacher is not None:
+        if run.teacher is not None:
             with torch.no_grad():
-                target = teacher(xb, blocks)  # [B, C], eval mode: no dropout
+                target = run.teacher(xb, blocks)  # [B, C], eval mode: no dropout
             loss = (1.0 - DISTILL_WEIGHT) * loss + DISTILL_WEIGHT * _distill_loss(out, target, yb)
-        optimizer.zero_grad(set_to_none=True)
+        run.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
+        run.optimizer.step()
         total += loss.detach() * batch.numel()
-    return float(total) / seeds.numel()  # one sync per epoch
+    return float(total) / data.seeds.numel()  # one sync per epoch
 
 
 def _eval_path(

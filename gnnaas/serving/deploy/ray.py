@@ -10,8 +10,8 @@ request whose replica died). :func:`shutdown_ray` removes the applications and s
 with every process of its session (Ray's agents ignore SIGTERM: they get SIGKILL); on a cluster
 joined with ``address`` it removes only gnnaas's applications.
 
-Only ``gnnaas.serving.deploy.ray`` and ``ray_apps`` import Ray (the ``[ray]`` extra); ``import
-gnnaas`` and the default server never load it.
+Only ``gnnaas.serving.deploy.ray``, ``ray_apps`` and ``ray_deployments`` import Ray (the ``[ray]``
+extra); ``import gnnaas`` and the default server never load it.
 
 Example:
     >>> url = run_ray(Settings(variants_dir="variants"), replicas=2, port=8000)  # doctest: +SKIP
@@ -34,15 +34,12 @@ from ray import serve
 from gnnaas.errors import ConfigError
 from gnnaas.serving.core.settings import Settings
 from gnnaas.serving.deploy.proxy import PROXY_CALLBACK, PROXY_CALLBACK_ENV
-from gnnaas.serving.deploy.ray_apps import (
-    APP_NAME,
+from gnnaas.serving.deploy.ray_apps import APP_NAME, app_suffix, build_apps, by_value
+from gnnaas.serving.deploy.ray_deployments import (
     CATALOG_DEPLOYMENT,
     DATASET_DEPLOYMENT,
     DEFAULT_MAX_ONGOING_REQUESTS,
     RegistryFactory,
-    app_suffix,
-    build_apps,
-    by_value,
 )
 
 __all__ = [
