@@ -52,9 +52,6 @@ class Settings(SharedSettings):
             versions) is re-timed at start-up and on reload, a few seconds for a dataset's
             variants; ``False`` leaves such variants out of routing, saying why.
             (default: ``True``)
-        fast_lane (bool): answer well-formed predict requests without FastAPI's per-request
-            machinery (:mod:`gnnaas.serving.http.fastlane`; errors still go through FastAPI).
-            (default: ``True``)
         shutdown_timeout_s (float): how long shutdown waits for accepted requests; a reload waits
             as long for the previous variants' queued requests. (default: ``30``)
         admin_token (SecretStr, optional): bearer token of the admin endpoints
@@ -87,7 +84,6 @@ class Settings(SharedSettings):
     max_concurrent_batches: int = Field(default=1, ge=1)
     warmup: bool = True
     retime_curves: bool = True
-    fast_lane: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None
     shared_store_dir: Path | None = None
