@@ -368,15 +368,10 @@ class VariantRegistry:
             ArtifactError: ``strict`` and a variant, profile table or graph cannot be read.
         """
         from gnnaas.data import load_dataset
-        from gnnaas.inference.settings import apply_execution_settings, execution_settings
+        from gnnaas.inference.settings import execution_settings
         from gnnaas.utils import resolve_device
         from gnnaas.variants.repository import VariantRepository
 
-        # The server starts here (and every replica or worker does): its switches of the forward
-        # and the sampler take the settings' values before the current settings are read.
-        apply_execution_settings(
-            fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler
-        )
         device = resolve_device(settings.device)
         variants_dir, profiles_dir = Path(settings.variants_dir), Path(settings.profiles_dir)
         prepare = (
