@@ -1,22 +1,24 @@
-"""The latency floor: one node per request, each stage, before and after each speed-up.
+"""The latency floor: one node per request, each stage, and the two implementations of each.
 
-Three parts, each speed-up switched off ("before") and on ("after") side by side in one run:
+Three parts in one run:
 
 1. **Sampling** of 1, 8 and 64 seeds (and 1,024 for the large-batch path) with the serving
-   sampler, fanouts (25, 10), median of many calls, one torch thread: the torch-only sampler
-   (``GNNAAS_FAST_SAMPLER=0``) and the compiled small-batch sampler
-   (:mod:`gnnaas.sampling.fastpath`).
+   sampler, fanouts (25, 10), median of many calls, one torch thread: its torch path
+   (``DepthSampler(..., fast_path=False)``, "before") and its compiled kernel
+   (:mod:`gnnaas.sampling.fastpath`, "after", what it samples a CPU graph with).
 2. **Forward** of the 8× and 1× variants for 1 and 64 seeds (the sampled blocks built once):
-   PyG's convolutions (``GNNAAS_FUSED_FORWARD=0``) and the fused eval layers
-   (:meth:`gnnaas.models.GNN.fused_layer`), with the operators each dispatches per forward
-   counted by :mod:`torch.profiler`.
-3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned (torch sampler and
-   FastAPI route; compiled sampler; and the predict fast lane, :mod:`gnnaas.serving.http.fastlane`;
-   and the fused forward; and small batches on the event loop's thread,
-   ``GNNAAS_INLINE_MAX_NODES``), sequential single-node requests (closed loop, one client, the same
-   driver as ``bench_policy.py``), client p50/p99 and the server's ``Server-Timing`` stages,
+   PyG's convolutions (``model(x, blocks, pyg_convs=True)``, "before") and the fused eval layers
+   (:meth:`gnnaas.models.GNN.fused_layer`, "after", what eval mode runs), with the operators each
+   dispatches per forward counted by :mod:`torch.profiler`.
+3. **Requests**: ``gnnaas serve`` on 127.0.0.1 with the 8× variant pinned (compiled sampler, fused
+   forward and the predict fast lane, :mod:`gnnaas.serving.http.fastlane`, as it always runs),
+   small batches on the variant's worker thread and on the event loop's thread
+   (``GNNAAS_INLINE_MAX_NODES``), sequential single-node requests (closed loop, one client, the
+   same driver as ``bench_policy.py``), client p50/p99 and the server's ``Server-Timing`` stages,
    next to ``benchmarks/trivial_app.py`` (the FastAPI + uvicorn ceiling with the same request
-   shape) served the same way.
+   shape) served the same way. Runs saved before the fast lane, the compiled sampler and the
+   fused forward lost their switches also hold servers with them turned off; ``--render`` shows
+   whatever a run holds.
 
 Uses the variants and profiles of ``bench_policy.py``/``bench_drift.py`` in ``--workdir``. Writes
 ``latency.json`` and ``latency.md`` rendered from it (``benchmarks/results/`` unless ``--out``);
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -58,16 +59,13 @@ from loadgen import ServerProcess, StepSpec, free_port, run_closed
 
 __all__ = ["main", "render"]
 
-PATHS = {"before (torch sampler)": "0", "after (compiled sampler)": "1"}
+# Sampler path: label -> DepthSampler's fast_path.
+PATHS = {"before (torch sampler)": False, "after (compiled sampler)": True}
 FORWARDS = {"before (PyG convolutions)": "pyg", "after (fused layers)": "fused"}
-# Request path: (label, GNNAAS_FAST_SAMPLER, GNNAAS_FAST_LANE, GNNAAS_FUSED_FORWARD,
-# GNNAAS_INLINE_MAX_NODES).
+# Request path: (label, GNNAAS_INLINE_MAX_NODES).
 SERVERS = [
-    ("before: torch sampler, FastAPI route, PyG convolutions, worker thread", "0", "0", "0", "0"),
-    ("compiled sampler, FastAPI route, PyG convolutions, worker thread", "1", "0", "0", "0"),
-    ("compiled sampler, fast lane, PyG convolutions, worker thread", "1", "1", "0", "0"),
-    ("compiled sampler, fast lane, fused forward, worker thread", "1", "1", "1", "0"),
-    ("after: compiled sampler, fast lane, fused forward, on the loop thread", "1", "1", "1", "16"),
+    ("compiled sampler, fast lane, fused forward, worker thread", "0"),
+    ("after: compiled sampler, fast lane, fused forward, on the loop thread", "16"),
 ]
 
 
@@ -83,30 +81,29 @@ def _median_ms(fn: Any, calls: int) -> float:
 
 
 def micro(dataset: str, variants_dir: Path, ids: list[str], calls: int) -> dict[str, Any]:
-    """Sampling and forward medians (ms), in a child process per path (the switch is read at
-    sampler construction)."""
+    """Sampling and forward medians (ms), in a child process per sampler path (each measured
+    on a process of its own, as a server would run it)."""
     out: dict[str, Any] = {}
-    for label, flag in PATHS.items():
+    for label, fast_path in PATHS.items():
         cmd = [sys.executable, __file__, "--micro-child", "--dataset", dataset]
         cmd += ["--workdir", str(variants_dir.parent), "--variants", *ids, "--calls", str(calls)]
-        env = {**os.environ, "GNNAAS_FAST_SAMPLER": flag}
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        cmd += ["--fast-path", str(int(fast_path))]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[label] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
 
 
-def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) -> dict[str, Any]:
-    from gnnaas.config import SharedSettings
+def _micro_child(
+    dataset: str, variants_dir: str, ids: list[str], calls: int, fast_path: bool
+) -> dict[str, Any]:
     from gnnaas.data import load_dataset
-    from gnnaas.inference.settings import apply_execution_settings
-    from gnnaas.runtime import RuntimeGraph
+    from gnnaas.sampling import DepthSampler
     from gnnaas.variants.repository import VariantRepository
 
     torch.set_num_threads(1)
-    settings = SharedSettings()  # GNNAAS_FAST_SAMPLER, as a command applies it when it starts
-    apply_execution_settings(fused_forward=True, fast_sampler=settings.fast_sampler)
     store = load_dataset(dataset)
-    sampler = RuntimeGraph(store).sampler((25, 10))
+    # The serving sampler on the chosen path (the runtime builds it with fast_path on).
+    sampler = DepthSampler(store.rowptr, store.col, (25, 10), fast_path=fast_path)
     g = torch.Generator().manual_seed(0)
     seed_sets = {b: torch.randperm(store.num_nodes, generator=g)[:b] for b in (1, 8, 64, 1024)}
     sampling = {
@@ -123,14 +120,19 @@ def _micro_child(dataset: str, variants_dir: str, ids: list[str], calls: int) ->
             sub = sampler.sample(seed_sets[b])
             x = x_all[sub.n_id]
 
-            def run(model: Any = loaded.model, x: Any = x, blocks: Any = sub.blocks) -> None:
-                with torch.inference_mode():
-                    model(x, blocks)
-
             key = f"{vid} {b}"
             forward[key], ops[key] = {}, {}
             for label, kind in FORWARDS.items():
-                loaded.model.fused_eval = kind == "fused"
+
+                def run(
+                    model: Any = loaded.model,
+                    x: Any = x,
+                    blocks: Any = sub.blocks,
+                    pyg: bool = kind == "pyg",
+                ) -> None:
+                    with torch.inference_mode():
+                        model(x, blocks, pyg_convs=pyg)
+
                 forward[key][label] = _median_ms(run, calls)
                 ops[key][label] = _operators(run)
     return {"sampling": sampling, "forward": forward, "operators": ops}
@@ -147,20 +149,15 @@ def _operators(fn: Any) -> int:
 
 
 def requests(dataset: str, workdir: Path, variant: str, count: int) -> dict[str, dict[str, float]]:
-    """Sequential single-node requests: gnnaas (each sampler path) and the trivial endpoint."""
+    """Sequential single-node requests: gnnaas (batches on the worker thread and on the loop
+    thread) and the trivial endpoint."""
     nodes = test_nodes(dataset, workdir)
     bodies = make_bodies(nodes, 1, 512, seed=1)
     spec = StepSpec(rate_rps=0.0, duration_s=60.0, max_requests=count, concurrency=1)
     out: dict[str, dict[str, float]] = {}
     servers = [("trivial FastAPI endpoint", "trivial", {}, {})]
-    for label, sampler, lane, fused, inline in SERVERS:
-        env = {
-            "GNNAAS_FAST_SAMPLER": sampler,
-            "GNNAAS_FAST_LANE": lane,
-            "GNNAAS_FUSED_FORWARD": fused,
-            "GNNAAS_INLINE_MAX_NODES": inline,
-        }
-        env["GNNAAS_TORCH_THREADS"] = "1"
+    for label, inline in SERVERS:
+        env = {"GNNAAS_INLINE_MAX_NODES": inline, "GNNAAS_TORCH_THREADS": "1"}
         servers.append((f"gnnaas, {label}", "gnnaas", env, {"X-Variant": variant}))
     for label, kind, env, headers in servers:
         port = free_port()
@@ -292,7 +289,7 @@ def render(results: dict[str, Any]) -> str:
             f"{gpu['1']:.3f}, 1,024 seeds {gpu['1024']:.3f} (goal ≤ 1 ms for 1,024).",
         ]
     trivial = r["trivial FastAPI endpoint"]["client_p50_ms"]
-    after = r[f"gnnaas, {SERVERS[-1][0]}"]["client_p50_ms"]
+    after = [row for label, row in r.items() if label.startswith("gnnaas")][-1]["client_p50_ms"]
     lines += [
         "",
         f"gnnaas after / trivial endpoint, client p50: {after / trivial:.2f}× "
@@ -315,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="(default: benchmarks/results)")
     parser.add_argument("--render", metavar="JSON", help="only rewrite latency.md beside its JSON")
     parser.add_argument("--micro-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fast-path", type=int, choices=(0, 1), default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.render:
         render_saved(args.render, render)
@@ -322,7 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir)
     if args.micro_child:  # one sampler path, in a process of its own (see micro)
         variants_dir = str(workdir / "variants")
-        print(json.dumps(_micro_child(args.dataset, variants_dir, args.variants, args.calls)))
+        child = _micro_child(
+            args.dataset, variants_dir, args.variants, args.calls, bool(args.fast_path)
+        )
+        print(json.dumps(child))
         return 0
     t0 = time.monotonic()
     results: dict[str, Any] = {

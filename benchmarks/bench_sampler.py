@@ -1,8 +1,8 @@
 """Throughput of the samplers: sampled edges per second on synth-flickr and synth-reddit.
 
 Modes: ``random`` and ``consistent`` are :class:`NeighborSampler` (training, and the ``shared``
-serving mode); ``depth`` is the serving sampler (:class:`DepthSampler`, compiled kernel when numba
-is installed) and ``depth-torch`` the same sampler on its torch path (``GNNAAS_FAST_SAMPLER=0``).
+serving mode); ``depth`` is the serving sampler (:class:`DepthSampler`, its compiled kernel) and
+``depth-torch`` the same sampler on its torch path (``DepthSampler(..., fast_path=False)``).
 For each graph and mode it samples batches of random seeds (batch 1024,
 fanouts (25, 10) by default) after a warm-up and prints sampled edges/s, batches/s and the p50/p95
 wall time per batch, plus sampled edges per second of the thread's own CPU time ("cpu Medges/s"),
@@ -148,7 +148,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gb']} GB; torch {m['torch']} "
         f"({results['torch_threads']} thread), Python {m['python']}; compiled depth kernel "
-        f"{'on' if results['compiled_kernel'] else 'unavailable (numba missing)'}. Date: "
+        f"{'on' if results['compiled_kernel'] else 'unavailable (it did not compile)'}. Date: "
         f"{results['date'][:10]}; load average before the run "
         + " / ".join(f"{v:.2f}" for v in results["load_before"])
         + f". Command: `{results['command']}`.",
@@ -159,7 +159,7 @@ def render(results: dict[str, Any]) -> str:
         + "*Thread CPU* divides by the sampling thread's own CPU time (`time.thread_time()`), "
         "which other processes sharing the cores do not inflate; *wall* by the wall clock. "
         "`depth` is the serving sampler (`DepthSampler`, compiled kernel), `depth-torch` the same "
-        "sampler on its torch path (`GNNAAS_FAST_SAMPLER=0`), `random` and `consistent` are "
+        "sampler on its torch path (`fast_path=False`), `random` and `consistent` are "
         "`NeighborSampler` (training, and the `shared` serving mode).",
     ]
     for g in results["graphs"]:
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# torch {torch.__version__}, threads {torch.get_num_threads()}, batch {args.batch_size}, "
         f"fanouts {tuple(args.fanouts)}, {iters} timed batches after {warmup} warm-up, "
         f"{args.repeats} repeats, compiled depth kernel "
-        f"{'on' if fastpath.available() else 'unavailable (numba missing)'}"
+        f"{'on' if fastpath.available() else 'unavailable (it did not compile)'}"
     )
     header = (
         f"{'dataset':<13} {'mode':<11} {'Medges/s':>9} {'batch/s':>8} {'p50 ms':>8} "

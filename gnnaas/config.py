@@ -9,12 +9,12 @@ Every setting is a field of one class tree, read from arguments and ``GNNAAS_*``
 
 :class:`SharedSettings` holds the folders (variants, profiles, data root, cache, data home, live
 state), the device, and the serving pipeline a profile must be measured with (the sampler's
-seed, batch cap, inline threshold, torch threads, feature cache, fused forward, compiled
-sampler, the router's tie margin). The server's :class:`~gnnaas.serving.core.settings.Settings`
-*extends* it rather than the offline commands using the server's class: an offline command then
-neither validates nor imports what only a server reads (tokens, queue limits), and every field
-the profiler and the server share is defined once (name, variable, default, bounds), so a
-profile is measured with exactly the pipeline a server started in the same environment serves.
+seed, batch cap, inline threshold, torch threads, feature cache, the router's tie margin). The
+server's :class:`~gnnaas.serving.core.settings.Settings` *extends* it rather than the offline
+commands using the server's class: an offline command then neither validates nor imports what
+only a server reads (tokens, queue limits), and every field the profiler and the server share is
+defined once (name, variable, default, bounds), so a profile is measured with exactly the
+pipeline a server started in the same environment serves.
 
 How a process reads it:
 
@@ -28,10 +28,11 @@ How a process reads it:
   root, ``resolve_cache_dir()``) takes it from :func:`from_environment`: the same fields, read when
   it is called.
 
-Nothing is read at import time. The process-wide switches a setting controls (the fused forward
-:attr:`gnnaas.models.GNN.fused_eval`, the compiled sampler
-:func:`gnnaas.sampling.fastpath.available`) keep their defaults until a command or the server
-starts and applies its settings (:func:`gnnaas.inference.settings.apply_execution_settings`).
+Nothing is read at import time, and no setting switches between two implementations of one job:
+the sampler, the model and the HTTP edge choose their faster path themselves. The variables of the
+switches that did (``GNNAAS_FAST_LANE``, ``GNNAAS_FAST_SAMPLER``, ``GNNAAS_FUSED_FORWARD``) are
+no longer read; pydantic-settings ignores unknown ``GNNAAS_*`` variables (``extra="forbid"``
+covers arguments only), so a process that finds one set logs one warning saying so.
 
 Process plumbing that is not configuration is left to the environment: ``PROMETHEUS_MULTIPROC_DIR``
 (prometheus-client's multiprocess mode), the worker supervisor's ``GNNAAS_SUPERVISOR_PID`` and
@@ -45,12 +46,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gnnaas.errors import ConfigError
@@ -59,6 +62,22 @@ from gnnaas.policy import TIE_MARGIN
 __all__ = ["CommandSettings", "SharedSettings", "from_environment", "settings_error"]
 
 _ENV_PREFIX = "GNNAAS_"
+
+_log = logging.getLogger(__name__)
+
+# Variables of switches gnnaas no longer has, and what happens instead: each chose between two
+# implementations of one job, and the faster one now always serves what it can.
+_REMOVED_VARIABLES = {
+    "GNNAAS_FAST_LANE": "the predict fast lane answers every request it can",
+    "GNNAAS_FAST_SAMPLER": "the compiled sampler samples every CPU batch it can",
+    "GNNAAS_FUSED_FORWARD": "eval-mode forwards on sampled blocks run the fused layers",
+}
+
+
+@functools.cache  # once per process and set of variables, however often settings are built
+def _warn_removed(names: tuple[str, ...]) -> None:
+    said = ", ".join(f"{name} ({_REMOVED_VARIABLES[name]})" for name in names)
+    _log.warning("environment variables no longer read, unset them: %s", said)
 
 
 class SharedSettings(BaseSettings):
@@ -99,12 +118,6 @@ class SharedSettings(BaseSettings):
             cache-plan`` wrote beside the profiles, else by neighbor count. Ignored on the CPU
             (the features are already local) and for live graphs. ``0`` turns caching off.
             (default: ``0``)
-        fused_forward (bool): eval-mode forwards on sampled blocks run the fused SAGE/GIN layers
-            (:meth:`gnnaas.models.GNN.fused_layer`); ``False`` runs PyG's convolutions, e.g. to
-            compare. (default: ``True``)
-        fast_sampler (bool): CPU batches are sampled by the compiled kernel when numba is
-            installed (:mod:`gnnaas.sampling.fastpath`); ``False`` takes the torch path.
-            (default: ``True``)
         tie_margin (float): predicted completion times within this fraction of the fastest
             candidate's count as ties, won by the most accurate; keeps profiling noise between
             variants of nearly equal speed from scattering requests (``gnnaas report`` makes its
@@ -136,14 +149,20 @@ class SharedSettings(BaseSettings):
     inline_max_nodes: int = Field(default=16, ge=0, le=1024)
     torch_threads: int = Field(default=1, ge=1)
     feature_cache_mb: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    fused_forward: bool = True
-    fast_sampler: bool = True
     tie_margin: float = Field(default=TIE_MARGIN, ge=0.0, le=10.0)
 
     @field_validator("data_root", "cache_dir", "home_dir", "state_dir", mode="before")
     @classmethod
     def _blank_folder_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _removed_variables(self) -> Self:
+        # pydantic-settings skips unknown GNNAAS_* variables: say so rather than ignore them.
+        names = tuple(name for name in _REMOVED_VARIABLES if name in os.environ)
+        if names:
+            _warn_removed(names)
+        return self
 
 
 class CommandSettings(SharedSettings):

@@ -109,12 +109,9 @@ def _start(
     message: str | None = None,
     *,
     options: Mapping[str, str] | None = None,
-    compute: bool = True,
 ) -> CommandSettings:
-    """Builds the command's settings (:func:`_settings`), says ``message``, then applies them to
-    this process (importing torch takes seconds): ``threads`` and, for a command that computes
-    (``compute``), the switches of the forward pass and the sampler
-    (:func:`gnnaas.inference.settings.apply_execution_settings`).
+    """Builds the command's settings (:func:`_settings`), says ``message``, then applies its
+    ``threads`` to this process (importing torch takes seconds).
 
     Returns:
         CommandSettings: the command's settings.
@@ -126,12 +123,6 @@ def _start(
         import torch
 
         torch.set_num_threads(settings.threads)
-    if compute:
-        from gnnaas.inference.settings import apply_execution_settings
-
-        apply_execution_settings(
-            fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler
-        )
     return settings
 
 

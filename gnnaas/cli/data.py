@@ -11,7 +11,7 @@ __all__ = ["add_parsers"]
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    _start(args, compute=False)
+    _start(args)
     from gnnaas.data import list_datasets
 
     # A synthetic graph never built here has only its preset's target edge count: "~".
@@ -32,7 +32,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    settings = _start(args, f"importing {args.name}", compute=False)
+    settings = _start(args, f"importing {args.name}")
     from gnnaas.data import import_graph
 
     result = import_graph(

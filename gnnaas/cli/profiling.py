@@ -101,7 +101,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise bad from None
         if not 0 <= value <= 10:  # also rejects NaN
             raise bad
-    settings = _start(args, compute=False)  # else $GNNAAS_TIE_MARGIN, checked there
+    settings = _start(args)  # else $GNNAAS_TIE_MARGIN, checked there
     from gnnaas.profiling.report import write_report
 
     path = write_report(settings.profiles_dir / args.dataset, tie_margin=settings.tie_margin)

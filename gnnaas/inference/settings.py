@@ -1,14 +1,12 @@
 """The execution settings that shape a service curve, recorded with profiles and checked at load.
 
 A profiled batch time holds only for the settings it was measured under: torch's intra-op
-threads, the fused forward (:attr:`gnnaas.models.GNN.fused_eval`), the compiled sampler
-(:func:`gnnaas.sampling.fastpath.available`), the inline threshold (batches run on the
-calling thread), the device, and the torch and gnnaas versions. The profiler writes
-:func:`execution_settings` into every row of ``service_times.csv``; the server compares them
-with its own (:func:`settings_mismatch`) and never routes on a curve measured under others
-without re-timing it. :func:`apply_execution_settings` sets the two process-wide switches (fused
-forward, compiled sampler) from a command's or the server's settings when it starts; nothing reads
-them from the environment at import.
+threads, the inline threshold (batches run on the calling thread), the device, and the torch and
+gnnaas versions. The profiler writes :func:`execution_settings` into every row of
+``service_times.csv``; the server compares them with its own (:func:`settings_mismatch`) and
+never routes on a curve measured under others without re-timing it. Only the current settings
+are compared: a column an older file still carries (``fused_forward`` and ``fast_sampler``
+recorded switches that no longer exist) is ignored.
 
 Example:
     >>> recorded = {"threads": 2, "device": "cpu"}
@@ -28,7 +26,6 @@ from gnnaas.typing import Device
 
 __all__ = [
     "SETTING_COLUMNS",
-    "apply_execution_settings",
     "device_name",
     "execution_settings",
     "settings_mismatch",
@@ -36,35 +33,12 @@ __all__ = [
 
 SETTING_COLUMNS: tuple[str, ...] = (
     "threads",
-    "fused_forward",
-    "fast_sampler",
     "inline_max_nodes",
     "device",
     "torch_version",
     "gnnaas_version",
 )
 """The settings recorded with every service curve point, in file order."""
-
-
-def apply_execution_settings(*, fused_forward: bool, fast_sampler: bool) -> None:
-    """Sets this process's switches of the forward pass and the sampler, which
-    :func:`execution_settings` then reports: :attr:`GNN.fused_eval
-    <gnnaas.models.GNN.fused_eval>` (the class default; an instance may still override it) and
-    :func:`gnnaas.sampling.fastpath.configure`.
-
-    A command or the server calls it when it starts, with its settings' ``fused_forward`` and
-    ``fast_sampler`` (:class:`gnnaas.config.SharedSettings`: ``GNNAAS_FUSED_FORWARD``,
-    ``GNNAAS_FAST_SAMPLER``).
-
-    Args:
-        fused_forward (bool): eval-mode forwards on blocks run the fused layers.
-        fast_sampler (bool): CPU batches may take the compiled sampler (when numba is there).
-    """
-    from gnnaas.models import GNN
-    from gnnaas.sampling import fastpath
-
-    GNN.fused_eval = bool(fused_forward)
-    fastpath.configure(fast_sampler)
 
 
 def device_name(device: Device) -> str:
@@ -84,16 +58,12 @@ def execution_settings(device: Device, *, inline_max_nodes: int) -> dict[str, An
         inline_max_nodes (int): batches of at most this many nodes run on the calling thread.
 
     Returns:
-        dict[str, Any]: one value per column; flags as 0/1.
+        dict[str, Any]: one value per column.
     """
     import gnnaas
-    from gnnaas.models import GNN
-    from gnnaas.sampling import fastpath
 
     return {
         "threads": int(torch.get_num_threads()),
-        "fused_forward": int(bool(GNN.fused_eval)),
-        "fast_sampler": int(bool(fastpath.available())),
         "inline_max_nodes": int(inline_max_nodes),
         "device": device_name(device),
         "torch_version": str(torch.__version__),
@@ -113,11 +83,15 @@ def _same(a: Any, b: Any) -> bool:
 
 def settings_mismatch(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """How ``recorded`` settings differ from ``current`` ones, one phrase each (empty when the
-    same). A setting ``recorded`` lacks (an older profile) differs.
+    same). Only the keys of ``current`` are compared: a setting ``recorded`` lacks (an older
+    profile) differs, one only ``recorded`` holds (a column an older file still carries) is
+    ignored.
 
     Example:
         >>> settings_mismatch({"threads": 1}, {"threads": 1, "device": "cpu"})
         ['device not recorded (here cpu)']
+        >>> settings_mismatch({"threads": 1, "fused_forward": 0}, {"threads": 1})
+        []
     """
     out = []
     for key, value in current.items():

@@ -11,6 +11,14 @@ One :meth:`GNN.forward` serves both ways of running a model:
   first; layer ``l`` maps the ``size[0]`` source rows of block ``l`` to its ``size[1]`` target
   rows, which are the first ``size[1]`` sources. The output has one row per seed.
 - full graph: ``adjs`` is an ``edge_index`` ``[2, E]`` and every layer runs on all nodes.
+
+On blocks, a layer has two implementations of one computation, chosen by the mode: training runs
+PyG's convolution (autograd through PyG's layers), eval-mode inference runs
+:meth:`GNN.fused_layer`, the same aggregation and update in a few tensor operations (on a served
+request's small blocks PyG's per-call Python costs more than the arithmetic). They agree up to
+floating-point summation order; ``forward(..., pyg_convs=True)`` runs PyG's convolutions in eval
+mode too, the reference the fused layers are checked against (``tests/models/test_gnn.py``) and
+the path :func:`~gnnaas.models.calibrate_int8` observes every linear layer on.
 """
 
 from __future__ import annotations
@@ -163,12 +171,6 @@ class GNN(torch.nn.Module):
     """The precision of the linear layers, one of :data:`gnnaas.models.PRECISIONS`: ``"int8"``
     on the inference-only copies :func:`~gnnaas.models.quantize_int8` returns (their
     :meth:`train` refuses training mode)."""
-    fused_eval: bool = True
-    """Run eval-mode forwards on blocks through :meth:`fused_layer` (default). ``False`` on an
-    instance, or on the class for the whole process (a command or the server sets it from its
-    ``fused_forward`` setting, ``GNNAAS_FUSED_FORWARD``, when it starts:
-    :func:`gnnaas.inference.settings.apply_execution_settings`), runs PyG's convolutions instead,
-    e.g. to compare."""
     train_fanouts: tuple[int, ...] | None = None
     """The fanouts (PyG order) the weights were trained with, when known (set when a
     gnnaas-trained variant is loaded). A sum aggregation (GIN) learned the scale of sums over at
@@ -276,21 +278,36 @@ class GNN(torch.nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: Literal[False] = ...
+        self,
+        x: Tensor,
+        adjs: Tensor | Sequence[Block],
+        *,
+        embed: Literal[False] = ...,
+        pyg_convs: bool = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
-        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: Literal[True]
+        self,
+        x: Tensor,
+        adjs: Tensor | Sequence[Block],
+        *,
+        embed: Literal[True],
+        pyg_convs: bool = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
     def forward(
-        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: bool
+        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: bool, pyg_convs: bool = ...
     ) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(
-        self, x: Tensor, adjs: Tensor | Sequence[Block], *, embed: bool = False
+        self,
+        x: Tensor,
+        adjs: Tensor | Sequence[Block],
+        *,
+        embed: bool = False,
+        pyg_convs: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Runs the model on sampled blocks or on a full graph.
 
@@ -303,6 +320,11 @@ class GNN(torch.nn.Module):
                 convolution (after the previous layer's ReLU; dropout too in training mode),
                 restricted to the seeds for blocks. For a one-layer model that is the input
                 features ``x`` themselves (a view of them). (default: ``False``)
+            pyg_convs (bool, optional): on blocks in eval mode, run PyG's convolutions instead
+                of the fused layers (:meth:`fused_layer`), as training does: the reference to
+                compare the fused layers with. A model whose sums are scaled (:attr:`sum_caps`)
+                still runs the fused layers, as PyG's convolutions sum plainly.
+                (default: ``False``)
 
         Returns:
             Tensor | tuple[Tensor, Tensor]: ``[B, C]`` logits of the seeds, or ``[N, C]`` on the
@@ -321,7 +343,7 @@ class GNN(torch.nn.Module):
                 f"(got {len(adjs)}); sample with one fanout per layer"
             )
         # Scaled sums (sum_caps) exist in the fused layers only: PyG's convolutions sum plainly.
-        fused = (self.fused_eval or self.sum_caps is not None) and not self.training
+        fused = not self.training and (not pyg_convs or self.sum_caps is not None)
         for i, (conv, block) in enumerate(zip(self.convs, adjs, strict=True)):
             h = x
             out = self.fused_layer(i, x, block) if fused else None
@@ -341,8 +363,8 @@ class GNN(torch.nn.Module):
         its :meth:`update`: the convolution's output up to floating-point summation order;
         ``None`` (a convolution these do not compute) falls back to the PyG convolution. On the
         small blocks of a served request, PyG's message passing costs more in Python (argument
-        inspection, message/aggregate/update hooks) than in arithmetic: the fused layer takes
-        35-40% less time for a single seed (``bench_latency.py``).
+        inspection, message/aggregate/update hooks) than in arithmetic, which the fused layer
+        saves (``benchmarks/results/latency.md`` measures both).
 
         Args:
             layer (int): the layer's index.

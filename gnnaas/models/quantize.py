@@ -333,7 +333,6 @@ def calibrate_int8(
     """
     model = _check_model(model, "calibrate_int8")
     work = copy.deepcopy(model).eval()
-    work.fused_eval = False  # the fused SAGE update multiplies by lin_l.weight without a call
     observed: dict[str, tuple[Tensor, Tensor]] = {}
 
     def observe(name: str, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
@@ -353,7 +352,8 @@ def calibrate_int8(
     count = 0
     with torch.inference_mode():
         for x, adjs in batches:
-            work(x, adjs)
+            # PyG's convolutions: the fused SAGE update multiplies by lin_l.weight without a call
+            work(x, adjs, pyg_convs=True)
             count += 1
     if count == 0:
         raise ValueError("calibrate_int8 expects at least one (x, adjs) batch (got none)")

@@ -53,8 +53,8 @@ variant's service curve, measured by timing the server's own batch handler
 ``e2e_ms`` is the wall time of that call (p50); the server times the same call in its worker
 thread and publishes the two side by side (``drift`` in ``/v1/datasets/{d}/variants``). Every
 curve point records the execution settings it was measured under
-(:func:`gnnaas.inference.settings.execution_settings`: threads, fused forward, compiled sampler,
-inline threshold, device, versions); a server under other settings re-times the curve.
+(:func:`gnnaas.inference.settings.execution_settings`: threads, inline threshold, device,
+versions); a server under other settings re-times the curve.
 
 This module decides what is measured, in which order, and writes the files; the measuring itself
 is :mod:`gnnaas.profiling.measurement`'s, and what a variant runs with (the checks against the

@@ -74,8 +74,9 @@ class DepthSampler:
         col (Tensor): ``[E]`` int64 in-neighbors.
         fanouts (Sequence[int]): neighbors per target for each hop, PyG order; ``-1`` keeps all.
         seed (int, optional): key of the draws. (default: ``0``)
-        fast_path (bool, optional): use the compiled kernel when it is available.
-            (default: ``True``)
+        fast_path (bool, optional): sample a CPU graph with the compiled kernel when it compiled
+            (:func:`gnnaas.sampling.fastpath.available`); ``False`` keeps the torch path, which
+            samples the same trees (to compare the two). (default: ``True``)
         live (LiveAdjacency, optional): the live graph over ``rowptr``/``col``: its changed and
             new nodes are read from it, so a node's draws depend on (node, depth, its current
             neighbors) and the sampler stays consistent per graph version. (default: ``None``)
@@ -119,8 +120,9 @@ class DepthSampler:
         """Samples the depth-separated k-hop neighborhood of unique ``seeds``.
 
         ``generator`` is accepted for interface compatibility and ignored (draws are hashed).
-        On a CPU graph a compiled kernel samples the same tree (:mod:`gnnaas.sampling.fastpath`)
-        when numba is installed: 10x faster for one seed, 2-3x for a thousand.
+        On a CPU graph the compiled kernel samples the same tree (:mod:`gnnaas.sampling.fastpath`)
+        in far fewer calls (``benchmarks/results/latency.md`` measures both paths); the torch
+        path samples what it does not take.
         """
         overlay = None if self._live is None else self._live.overlay_arrays()
         if overlay is not None:

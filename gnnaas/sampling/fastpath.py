@@ -8,16 +8,20 @@ same neighbors as the torch path (all of them when the degree is at most the fan
 subset drawn from the same counter-based hash, :mod:`gnnaas.sampling.hashing`), so a node's
 sampled tree is the same set of (node, depth) rows and edges whichever path serves its batch.
 Only the order of rows within a depth (first seen here, frontier first there) and of a target's
-edges may differ, which changes nothing but floating-point summation order.
+edges may differ, which changes nothing but floating-point summation order
+(``tests/sampling/test_fastpath.py`` checks both paths against each other).
 
-numba is optional: without it (or switched off with :func:`configure`, which a command or the server
-calls with its ``fast_sampler`` setting, ``GNNAAS_FAST_SAMPLER=0``; or when a tree would exceed
-:data:`MAX_ENTRIES` rows) the torch path runs. The first call compiles the kernel (about a second;
-cached on disk by numba when the package folder is writable).
+The sampler chooses the path, not the user: the kernel samples every batch of a CPU graph once it
+compiled (:func:`available`), and the torch path the rest: a graph on a GPU, a tree larger than
+:data:`MAX_ENTRIES` rows, or a process where the kernel did not compile (numba is a dependency,
+so only a broken install; the reason is logged once). The first use compiles the kernel (cached
+on disk by numba when the package folder is writable).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 
 import numpy as np
@@ -26,14 +30,16 @@ from torch import Tensor
 
 from gnnaas.sampling.subgraph import Block, SampledSubgraph
 
-__all__ = ["MAX_ENTRIES", "available", "configure", "sample_depth_numba"]
+__all__ = ["MAX_ENTRIES", "available", "sample_depth_numba"]
 
-try:  # optional: the torch path serves every batch without it
+_log = logging.getLogger(__name__)
+
+try:  # a dependency; without it (a broken install) the torch path samples every batch
     import numba
 
-    _HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised where numba is absent
-    _HAVE_NUMBA = False
+    _NUMBA_ERROR: ImportError | None = None
+except ImportError as exc:  # pragma: no cover - exercised where numba cannot be imported
+    _NUMBA_ERROR = exc
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN32 = 0x9E3779B9
@@ -48,25 +54,38 @@ MAX_ENTRIES = 1 << 26
 _FULL_GUESS = 64
 
 
-# Switched by configure() when a command or the server starts (its fast_sampler setting).
-_enabled = True
-
-
-def configure(enabled: bool) -> None:
-    """Switches the fast path on or off for this process (a command or the server applies its
-    ``fast_sampler`` setting, ``GNNAAS_FAST_SAMPLER``, when it starts: the switch benchmarks use
-    to compare both paths)."""
-    global _enabled
-    _enabled = bool(enabled)
-
-
+@functools.cache
 def available() -> bool:
-    """Whether the fast path can run: numba is installed and it is not switched off
-    (:func:`configure`)."""
-    return _HAVE_NUMBA and _enabled
+    """Whether the compiled kernel runs in this process: numba imports and the kernel compiles.
+
+    Checked once per process, on the first call (which compiles the kernel, or loads it from
+    numba's cache); when it fails, the reason is logged once and the torch path samples every
+    batch.
+    """
+    if _NUMBA_ERROR is not None:
+        _log.warning("numba cannot be imported (%s): the torch sampler serves", _NUMBA_ERROR)
+        return False
+    empty = np.empty(0, np.int64)
+    try:  # one seed of a two-node graph, with the argument types of every later call
+        _kernel(
+            np.array([0, 1, 1], np.int64),
+            np.array([1], np.int64),
+            empty,
+            np.zeros(1, np.int64),
+            empty,
+            np.array([0], np.int64),
+            np.array([1], np.int64),
+            np.zeros(1, np.uint64),
+            np.full(2, -1, np.int64),
+            4,
+        )
+    except Exception as exc:  # numba's typing and lowering errors have no common base
+        _log.warning("the compiled sampler did not compile (%s): the torch sampler serves", exc)
+        return False
+    return True
 
 
-if _HAVE_NUMBA:
+if _NUMBA_ERROR is None:
 
     @numba.njit(cache=True, nogil=True, inline="always")
     def _fmix32(h: np.uint64) -> np.uint64:  # pragma: no cover - compiled

@@ -246,7 +246,7 @@ def test_compiled_and_torch_paths_sample_the_same_live_tree() -> None:
     from gnnaas.sampling import fastpath
 
     if not fastpath.available():
-        pytest.skip("numba is not installed")
+        pytest.skip("the compiled sampler did not compile here")
     store = _store()
     graph = _graph(store)
     graph.apply(graph.stage().add_nodes([[1, 1, 1, 1]] * 2, [[-1, 3], [-2, -1], [4, -2]]))

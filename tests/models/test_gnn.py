@@ -110,7 +110,6 @@ def test_embedding_is_the_input_of_the_last_convolution(
     arch: str, num_layers: int, fused: bool
 ) -> None:
     model = _model(arch, num_layers).eval()
-    model.fused_eval = fused
     seen: list[Tensor] = []
     model.convs[-1].register_forward_pre_hook(lambda _, args: seen.append(args[0]))
     width = HIDDEN if num_layers > 1 else IN  # a one-layer model embeds its input features
@@ -122,7 +121,7 @@ def test_embedding_is_the_input_of_the_last_convolution(
         torch.testing.assert_close(logits, model(x, EDGE_INDEX))
         seeds = torch.tensor([3, 1])
         n_id, blocks = _full_blocks(EDGE_INDEX, seeds, num_layers)
-        embedding, logits = model(x[n_id], blocks, embed=True)
+        embedding, logits = model(x[n_id], blocks, embed=True, pyg_convs=not fused)
     assert embedding.shape == (2, width)
     _check_shape(logits, 2)
     if num_layers > 1:
@@ -163,7 +162,6 @@ def test_fused_eval_layers_compute_the_pyg_convolutions(
     monkeypatch.setattr(base, "SPARSE_MIN_ELEMENTS", 0 if sparse else 1 << 60)
     torch.manual_seed(1)
     model = build_model(arch, IN, HIDDEN, OUT, num_layers=num_layers, family=family).eval()
-    model.fused_eval = True  # whatever GNNAAS_FUSED_FORWARD says
     with torch.no_grad():  # non-trivial batch-norm statistics
         for buf in model.buffers():
             if buf.dtype.is_floating_point:
@@ -178,11 +176,11 @@ def test_fused_eval_layers_compute_the_pyg_convolutions(
         )
     x = torch.randn(sizes[0], IN)
     with torch.inference_mode():
-        fused = model(x, blocks)
-        model.fused_eval = False
-        convs = model(x, blocks)
+        fused_emb, fused = model(x, blocks, embed=True)
+        convs_emb, convs = model(x, blocks, embed=True, pyg_convs=True)
     assert fused.shape == (sizes[-1], OUT)
     torch.testing.assert_close(fused, convs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused_emb, convs_emb, rtol=1e-5, atol=1e-5)
     assert not torch.equal(fused[-1], torch.zeros(OUT))  # the root term still counts
 
 
@@ -191,7 +189,6 @@ def test_training_and_full_graphs_never_take_the_fused_layers(
     arch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = _model(arch)
-    model.fused_eval = True
 
     def refuse(*_: object) -> None:
         raise AssertionError("fused_layer called")
@@ -203,14 +200,38 @@ def test_training_and_full_graphs_never_take_the_fused_layers(
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_eval_on_blocks_takes_the_fused_layers_unless_pyg_is_asked(
+    arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _model(arch).eval()
+    layers: list[int] = []
+    fused_layer = model.fused_layer
+
+    def counted(layer: int, x: Tensor, block: Block) -> Tensor | None:
+        layers.append(layer)
+        return fused_layer(layer, x, block)
+
+    monkeypatch.setattr(model, "fused_layer", counted)
+    n_id, blocks = _full_blocks(EDGE_INDEX, torch.tensor([0, 1]), 2)
+    x = torch.randn(n_id.numel(), IN)
+    model(x, blocks)
+    assert layers == [0, 1]
+    model(x, blocks, pyg_convs=True)
+    assert layers == [0, 1]
+    # A scaled sum (a GIN sampled with more neighbors than trained) exists in the fused layers only.
+    model.train_fanouts = (1, 1)
+    model.configure_fanouts((-1, -1))
+    model(x, blocks, pyg_convs=True)
+    assert layers == ([0, 1, 0, 1] if arch == "gin" else [0, 1])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_a_block_without_edges_keeps_the_root_term(arch: str) -> None:
     model = _model(arch, 1).eval()
-    model.fused_eval = True
     block = Block(torch.empty((2, 0), dtype=torch.int64), (4, 2))
     x = torch.randn(4, IN)
     fused = model(x, [block])
-    model.fused_eval = False
-    torch.testing.assert_close(fused, model(x, [block]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused, model(x, [block], pyg_convs=True), rtol=1e-5, atol=1e-5)
 
 
 def test_a_gin_that_does_not_sum_runs_through_pyg() -> None:

@@ -171,7 +171,7 @@ def test_folding_batch_norm_into_the_linear_is_exact() -> None:
 @pytest.mark.parametrize(("family", "arch"), MODELS)
 def test_calibration_records_each_linear_layers_input_range(family: str, arch: str) -> None:
     model = _model(family, arch)
-    fused, kinds = model.fused_eval, [type(m) for m in model.modules()]
+    kinds = [type(m) for m in model.modules()]
     x, rowptr, col = _random_graph()
     batches = _batches(x, rowptr, col, (5, 3), batch_size=100)
     ranges = calibrate_int8(model, batches)
@@ -183,8 +183,8 @@ def test_calibration_records_each_linear_layers_input_range(family: str, arch: s
         assert type(low) is float and type(high) is float and low <= high, name
         if not name.startswith("convs.0."):
             assert low >= 0.0, name  # after a ReLU
-    # a calibrated model is left as it was: no hooks, its own forward path
-    assert model.fused_eval == fused and [type(m) for m in model.modules()] == kinds
+    # a calibrated model is left as it was: no hooks, its own modules
+    assert [type(m) for m in model.modules()] == kinds
     assert not any(m._forward_pre_hooks for m in model.modules())
 
 
@@ -260,10 +260,8 @@ def test_fused_blocks_pyg_blocks_and_full_graph_agree(
     sub = sampler.sample(seeds, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         full = int8(x, EDGE_INDEX)[seeds]
-        int8.fused_eval = True
         fused_emb, fused = int8(x[sub.n_id], sub.blocks, embed=True)
-        int8.fused_eval = False
-        convs = int8(x[sub.n_id], sub.blocks)
+        convs = int8(x[sub.n_id], sub.blocks, pyg_convs=True)
         full_emb, _ = int8(x, EDGE_INDEX, embed=True)
     _assert_near(fused, full, fraction=0.02)
     _assert_near(convs, fused, fraction=0.02)

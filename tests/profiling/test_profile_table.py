@@ -55,8 +55,6 @@ def test_schema_matches_docs() -> None:
         "sampling",
         "sampler_seed",
         "threads",
-        "fused_forward",
-        "fast_sampler",
         "inline_max_nodes",
         "device",
         "torch_version",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import types
 
-import pytest
 import torch
 
 from gnnaas.sampling import DepthSampler
@@ -63,88 +62,3 @@ def test_serving_module_reexports_the_sampler() -> None:
     from gnnaas.sampling.depth import DepthSampler as Reexported
 
     assert Reexported is DepthSampler
-
-
-def _tree(sub) -> tuple[set[tuple[int, int]], set[tuple[int, int, int, int]]]:  # type: ignore[no-untyped-def]
-    """A sample as sets: rows (node, depth) and edges (src node, src depth, dst node, dst depth)."""
-    depth = torch.repeat_interleave(
-        torch.arange(len(sub.num_sampled_nodes)), torch.tensor(sub.num_sampled_nodes)
-    )
-    nodes = sub.n_id.tolist()
-    rows = set(zip(nodes, depth.tolist(), strict=True))
-    src, dst = sub.blocks[0].edge_index.tolist()
-    pairs = zip(src, dst, strict=True)
-    edges = {(nodes[s], int(depth[s]), nodes[d], int(depth[d])) for s, d in pairs}
-    return rows, edges
-
-
-@pytest.mark.parametrize("fanouts", [(4, 2), (25, 10), (-1, 3), (3, 2, 2)])
-def test_the_compiled_path_samples_the_same_trees(fanouts: tuple[int, ...]) -> None:
-    from gnnaas.sampling import fastpath
-
-    if not fastpath.available():
-        pytest.skip("numba is not installed")
-    rowptr, col, n = _graph()
-    fast = DepthSampler(rowptr, col, fanouts, seed=5)
-    slow = DepthSampler(rowptr, col, fanouts, seed=5, fast_path=False)
-    g = torch.Generator().manual_seed(1)
-    for size in (0, 1, 2, 7, 64, 150):
-        seeds = torch.randperm(n, generator=g)[:size]
-        a, b = fast.sample(seeds), slow.sample(seeds)
-        assert a.n_id[:size].tolist() == seeds.tolist()
-        assert a.num_sampled_nodes == b.num_sampled_nodes
-        assert _tree(a) == _tree(b)
-        assert [blk.size for blk in a.blocks] == [blk.size for blk in b.blocks]
-        for blk_a, blk_b in zip(a.blocks, b.blocks, strict=True):  # same edges per layer
-            assert blk_a.edge_index.size(1) == blk_b.edge_index.size(1)
-    # A seed's tree is the same alone and in a batch.
-    many = torch.randperm(n, generator=g)[:100]
-    alone = _tree(fast.sample(many[:1]))
-    rows, edges = _tree(fast.sample(many))
-    assert alone[0] <= rows and alone[1] <= edges
-
-
-def test_the_compiled_path_grows_its_room_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gnnaas.sampling import fastpath
-
-    if not fastpath.available():
-        pytest.skip("numba is not installed")
-    rowptr, col, n = _graph()  # mean in-degree 12.5: a guess of 1 neighbor per target is short
-    seeds = torch.arange(0, n, 3)
-    slow = DepthSampler(rowptr, col, (-1, -1), fast_path=False).sample(seeds)
-    caps: list[int] = []
-    kernel = fastpath._kernel
-
-    def counted(*args):  # type: ignore[no-untyped-def]
-        caps.append(args[-1])
-        return kernel(*args)
-
-    monkeypatch.setattr(fastpath, "_kernel", counted)
-    monkeypatch.setattr(fastpath, "_FULL_GUESS", 1)
-    sampler = DepthSampler(rowptr, col, (-1, -1))
-    assert _tree(sampler.sample(seeds)) == _tree(slow)
-    assert len(caps) > 1 and caps[1] == 4 * caps[0]  # retried with more room
-    monkeypatch.setattr(fastpath, "MAX_ENTRIES", 500)  # the tree has more rows than that
-    caps.clear()
-    fallback = sampler.sample(seeds)
-    assert caps[-1] == 500 and torch.equal(fallback.n_id, slow.n_id)  # torch path's row order
-    monkeypatch.setattr(fastpath, "MAX_ENTRIES", 1 << 26)
-    assert _tree(sampler.sample(seeds)) == _tree(slow)  # the failed calls left the map clean
-
-
-def test_a_model_answers_alike_on_both_paths() -> None:
-    from gnnaas.models import build_model
-    from gnnaas.sampling import fastpath
-
-    if not fastpath.available():
-        pytest.skip("numba is not installed")
-    rowptr, col, n = _graph()
-    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(2))
-    model = build_model("sage", 8, 16, 3).eval()
-    seeds = torch.tensor([3, 50, 120, 199])
-    outs = []
-    for fast_path in (True, False):
-        sub = DepthSampler(rowptr, col, (5, 3), fast_path=fast_path).sample(seeds)
-        with torch.inference_mode():
-            outs.append(model(x[sub.n_id], sub.blocks))
-    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)

@@ -127,12 +127,34 @@ def test_a_curve_measured_under_other_settings_is_marked_for_retiming(
     tmp_path: Path, stores: dict[str, Any]
 ) -> None:
     stores["tiny"] = tiny_store()
-    write_tiny_repository(tmp_path, stores["tiny"], settings=_stamped(threads=2, fused_forward=0))
+    stamped = _stamped(threads=2, torch_version="2.0.0")
+    write_tiny_repository(tmp_path, stores["tiny"], settings=stamped)
     registry = VariantRegistry.load(_settings(tmp_path, device="cpu"))
     profile = registry.datasets["tiny"].variants["sage-full-1x"].profile
     assert profile is not None
-    assert profile.settings_mismatch == ("threads 2 (here 1)", "fused_forward 0 (here 1)")
+    here = _stamped()["torch_version"]
+    assert profile.settings_mismatch == ("threads 2 (here 1)", f"torch_version 2.0.0 (here {here})")
     assert registry.not_routed() == {}  # routed once the router has re-timed it
+
+
+def test_columns_of_removed_switches_in_an_older_file_are_ignored(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    import pandas as pd
+
+    stores["tiny"] = tiny_store()
+    _, profiles = write_tiny_repository(tmp_path, stores["tiny"], settings=_stamped())
+    table = profiles / "tiny" / "service_times.csv"
+    older = pd.read_csv(table)
+    # Written when the fused forward and the compiled sampler were switches: off, here.
+    older.insert(older.columns.get_loc("inline_max_nodes"), "fused_forward", 0)
+    older.insert(older.columns.get_loc("inline_max_nodes"), "fast_sampler", 0)
+    older.to_csv(table, index=False)
+    assert "fused_forward,fast_sampler" in table.read_text().splitlines()[0]
+    registry = VariantRegistry.load(_settings(tmp_path, device="cpu", retime_curves=False))
+    for variant in registry.datasets["tiny"].variants.values():
+        assert variant.profile is not None and variant.profile.settings_mismatch == ()
+    assert registry.not_routed() == {}
 
 
 def test_without_retiming_such_a_variant_is_not_routed_and_says_why(

@@ -306,15 +306,10 @@ class _Loader:
     """One :meth:`VariantRegistry.load`: the folders read dataset by dataset, notes kept."""
 
     def __init__(self, settings: Settings, strict: bool) -> None:
-        from gnnaas.inference.settings import apply_execution_settings, execution_settings
+        from gnnaas.inference.settings import execution_settings
         from gnnaas.utils import resolve_device
         from gnnaas.variants.repository import VariantRepository
 
-        # The server starts here (and every replica or worker does): its switches of the forward
-        # and the sampler take the settings' values before the current settings are read.
-        apply_execution_settings(
-            fused_forward=settings.fused_forward, fast_sampler=settings.fast_sampler
-        )
         self.settings, self.strict = settings, strict
         self.device = resolve_device(settings.device)
         self.variants_dir = Path(settings.variants_dir)

@@ -1,7 +1,7 @@
 """Re-timing service curves measured under other execution settings.
 
-A profile's service curve holds for the settings it was measured under (threads, fused forward,
-compiled sampler, inline threshold, device, versions: :mod:`gnnaas.inference.settings`). When a
+A profile's service curve holds for the settings it was measured under (threads, inline
+threshold, device, versions: :mod:`gnnaas.inference.settings`). When a
 server's differ, routing on the old curve would be silently wrong in shape, which the router's
 one device-wide speed factor cannot fix (a curve measured with two threads and served with one
 is slower at large batches and not at small ones). So before such a variant is routed the

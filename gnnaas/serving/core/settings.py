@@ -29,7 +29,7 @@ class Settings(SharedSettings):
     (:class:`~gnnaas.config.SharedSettings`: ``variants_dir``, ``profiles_dir``, ``data_root``,
     ``cache_dir``, ``home_dir``, ``device``, ``state_dir``, ``seed``,
     ``max_batch_nodes``, ``inline_max_nodes``, ``torch_threads``, ``feature_cache_mb``,
-    ``fused_forward``, ``fast_sampler``, ``tie_margin``) and these.
+    ``tie_margin``) and these.
 
     Args:
         datasets (list[str], optional): serve only these; by default every dataset with variants and
@@ -48,13 +48,9 @@ class Settings(SharedSettings):
             on a CPU one batch already uses every intra-op thread. (default: ``1``)
         warmup (bool): run one forward per variant before reporting ready. (default: ``True``)
         retime_curves (bool): a variant whose service curve was measured under other execution
-            settings (threads, fused forward, compiled sampler, inline threshold, device,
-            versions) is re-timed at start-up and on reload, a few seconds for a dataset's
-            variants; ``False`` leaves such variants out of routing, saying why.
-            (default: ``True``)
-        fast_lane (bool): answer well-formed predict requests without FastAPI's per-request
-            machinery (:mod:`gnnaas.serving.http.fastlane`; errors still go through FastAPI).
-            (default: ``True``)
+            settings (threads, inline threshold, device, versions) is re-timed at start-up and
+            on reload, a few seconds for a dataset's variants; ``False`` leaves such variants out
+            of routing, saying why. (default: ``True``)
         shutdown_timeout_s (float): how long shutdown waits for accepted requests; a reload waits
             as long for the previous variants' queued requests. (default: ``30``)
         admin_token (SecretStr, optional): bearer token of the admin endpoints
@@ -87,7 +83,6 @@ class Settings(SharedSettings):
     max_concurrent_batches: int = Field(default=1, ge=1)
     warmup: bool = True
     retime_curves: bool = True
-    fast_lane: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0.0)
     admin_token: SecretStr | None = None
     shared_store_dir: Path | None = None

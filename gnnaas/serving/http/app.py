@@ -29,8 +29,13 @@ the running loop in the lifespan (``loop.add_signal_handler``) and removed at sh
 shutdown.
 
 The edge (:mod:`gnnaas.serving.http.edge`) sits in front of FastAPI's own layers: request ids, the
-500 guard, the body limit and the predict fast lane. A request refused by the predict route or by
-the fast lane is answered through one mapping (:func:`gnnaas.serving.http.requests.error_response`).
+500 guard, the body limit and the predict fast lane. ``POST /v1/datasets/{d}/predict`` has two
+implementations behind that one path: the fast lane answers every well-formed request it takes,
+and the FastAPI route (which the OpenAPI schema documents) the rest, such as embeddings and
+malformed bodies. Both parse with the same functions, answer with the same
+:func:`~gnnaas.serving.http.routes.predict.answer` and refuse through one mapping
+(:func:`gnnaas.serving.http.requests.error_response`); ``tests/serving/test_fastlane.py`` sends the
+same requests through both and requires the same answers.
 
 ``/docs`` (Swagger UI) and ``/redoc`` load their scripts and styles from this server (the assets
 ship with ``fastapi-offline``), so they work with no network.
@@ -271,7 +276,7 @@ def create_app(
         cast(App, app).inner,
         max_bytes=settings.max_body_bytes,
         metrics=metrics,
-        state=app.state if settings.fast_lane else None,
+        state=app.state,
     )
     _register_handlers(app, metrics)
     app.include_router(predict.router, prefix="/v1")

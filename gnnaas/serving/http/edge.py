@@ -48,14 +48,11 @@ class Edge:
         app (ASGIApp): the wrapped app.
         max_bytes (int): largest request body; larger ones get 413 before the app parses them.
         metrics (ServingMetrics): counts the refusals.
-        state (Any, optional): the app's state, whose ``router`` serves well-formed predict
-            requests in the fast lane (:mod:`gnnaas.serving.http.fastlane`). (default: ``None``:
-            every request goes through FastAPI)
+        state (Any): the app's state, whose ``router`` serves well-formed predict requests in
+            the fast lane (:mod:`gnnaas.serving.http.fastlane`); the others go on to ``app``.
     """
 
-    def __init__(
-        self, app: ASGIApp, max_bytes: int, metrics: ServingMetrics, state: Any = None
-    ) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, metrics: ServingMetrics, state: Any) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.metrics = metrics
@@ -169,9 +166,7 @@ class Edge:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        if self.state is not None and await try_predict(
-            self.state.router, scope, b"".join(chunks), send
-        ):
+        if await try_predict(self.state.router, scope, b"".join(chunks), send):
             return
         replayed = False
 
@@ -189,8 +184,8 @@ class App(FastAPI):
     """The FastAPI app with :class:`Edge` in front of FastAPI's own per-request layers.
 
     Every HTTP request passes the edge first, so a well-formed predict request is answered by the
-    fast lane before FastAPI's telemetry, error and body-limit middleware run (measured on the
-    loaded single-node path: those layers held ~14 % of the event loop's GIL time). Lifespan
+    fast lane before FastAPI's telemetry, error and body-limit middleware run (on the loaded
+    single-node path those layers held a noticeable share of the event loop's GIL time). Lifespan
     events go straight to FastAPI. An exception a route raises reaches Starlette's error
     middleware first, whose handler (the app's ``Exception`` handler) logs it and answers the 500.
     """

@@ -1,22 +1,27 @@
 """The predict fast lane: well-formed requests answered without FastAPI's per-request machinery.
 
-Measured with py-spy on one core (synth-flickr@0.2, one node per request, sequential): the event
-loop spent about 0.7 ms per request in the ASGI stack (dependency resolution, pydantic body and
-header validation, routing, response classes) around 0.2 ms of model work. :func:`try_predict`
-takes a request whose body is a plain JSON object ``{"nodes": [int, ...]}`` with an optional
-``"return"`` of ``"class"`` or ``"proba"`` for a served dataset, reads its headers and checks its
-node ids with the route's own parser (:mod:`gnnaas.serving.http.requests`), and answers it with
-the route's own :func:`~gnnaas.serving.http.routes.predict.answer`; a refusal goes through the
-same error mapping as the route's. Bodies of any other form (embeddings, malformed JSON, wrong
-types) and unknown datasets are left to the FastAPI route, whose validation words them.
+On a single-node request the event loop spends more time in the ASGI stack (dependency
+resolution, pydantic body and header validation, routing, response classes) than in the model's
+work (``benchmarks/results/latency.md`` measures the request path with and without it).
+:func:`try_predict` takes a request whose body is a plain JSON object ``{"nodes": [int, ...]}``
+with an optional ``"return"`` of ``"class"`` or ``"proba"`` for a served dataset, reads its
+headers and checks its node ids with the route's own parser (:mod:`gnnaas.serving.http.requests`),
+and answers it with the route's own :func:`~gnnaas.serving.http.routes.predict.answer`; a refusal
+goes through the same error mapping as the route's. Bodies of any other form (embeddings,
+malformed JSON, wrong types), unknown datasets and a router that is starting or stopping are left
+to the FastAPI route, whose validation words them.
+
+The lane and the route are two implementations of one endpoint, and the lane is always on: it
+has no switch. ``tests/serving/test_fastlane.py`` sends the same requests, answered and refused
+(400, 404, 413, 422, 503, 504), through both and requires the same status, headers and body.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import orjson
+from starlette.types import Scope, Send
 
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
 from gnnaas.inference.executor import Output
@@ -58,7 +63,7 @@ def _body(body: bytes) -> tuple[list[int], Output] | None:
     return None  # "embedding" and every other value: left to the route
 
 
-async def _send(send: Any, status: int, content: bytes, headers: dict[str, str]) -> None:
+async def _send(send: Send, status: int, content: bytes, headers: dict[str, str]) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -73,15 +78,15 @@ async def _send(send: Any, status: int, content: bytes, headers: dict[str, str])
     await send({"type": "http.response.body", "body": content})
 
 
-async def try_predict(core: Router, scope: dict[str, Any], body: bytes, send: Any) -> bool:
+async def try_predict(core: Router, scope: Scope, body: bytes, send: Send) -> bool:
     """Answers a ``POST /v1/datasets/{d}/predict`` with a plain body; ``False`` leaves it to
     FastAPI.
 
     Args:
         core (Router): the app's router.
-        scope (dict): the ASGI scope (the request's start time and id already in it).
+        scope (Scope): the ASGI scope (the request's start time and id already in it).
         body (bytes): the whole request body.
-        send: the ASGI send callable.
+        send (Send): the ASGI send callable.
 
     Returns:
         bool: whether the request was answered here.
