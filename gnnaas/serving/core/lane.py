@@ -20,6 +20,7 @@ import torch
 from gnnaas.inference.cache import FeatureCache
 from gnnaas.inference.executor import ExecRequest, ExecResult, Executor
 from gnnaas.serving.core.batcher import Batcher, BatchStats
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.drift import DriftRecord
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
@@ -167,6 +168,7 @@ class Lane:
         *,
         speed: Speed,
         gate: asyncio.Semaphore | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.dataset = dataset
         self.variant = variant
@@ -186,6 +188,7 @@ class Lane:
             gate=gate,
             inline_max_size=settings.inline_max_nodes,
             predict_s=self._predict_s,
+            clock=clock,
         )
 
     def _predict_s(self, nodes: int) -> float:
@@ -267,6 +270,7 @@ async def build_lanes(
     speed: Speed,
     gate: asyncio.Semaphore | None,
     serving: bool,
+    clock: Clock = MONOTONIC,
 ) -> dict[tuple[str, str], Lane]:
     """Every variant's lane (batchers not started), warmed up when ``settings`` say so, with the
     curves measured under other execution settings re-timed (:mod:`.retime`).
@@ -289,7 +293,7 @@ async def build_lanes(
                     exc.add_note(f"while building variant {ds.name}/{v.variant_id}")
                     raise
                 lanes[(ds.name, v.variant_id)] = Lane(
-                    ds, v, handler, settings, metrics, speed=speed, gate=gate
+                    ds, v, handler, settings, metrics, speed=speed, gate=gate, clock=clock
                 )
         if settings.warmup:
             _log.info("warming up %d variants (one forward each)", len(lanes))

@@ -41,7 +41,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +52,7 @@ from torch import Tensor
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
 from gnnaas.inference.executor import ExecRequest, Output
 from gnnaas.serving.core.admitted import AdmittedSets
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.deadlines import admit, late_answer
 from gnnaas.serving.core.lane import (
     ExecutorFactory,
@@ -126,6 +126,9 @@ class Router:
             (default: ``None``)
         executor_factory (ExecutorFactory, optional): builds each variant's batch handler; by
             default an :class:`Executor` on ``registry.device``. (default: ``None``)
+        clock (Clock, optional): the time of every decision, deadline and batch (its batchers
+            run on it; ``arrived`` of :meth:`predict` is read on it). (default:
+            :data:`~gnnaas.serving.core.clock.MONOTONIC`)
     """
 
     def __init__(
@@ -135,8 +138,10 @@ class Router:
         *,
         metrics: ServingMetrics | None = None,
         executor_factory: ExecutorFactory | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.registry = registry
+        self.clock = clock
         self.settings = settings
         self.metrics = metrics or ServingMetrics()
         self._factory = executor_factory or default_executor_factory(registry.device)
@@ -256,6 +261,7 @@ class Router:
             speed=self.speed,
             gate=self._gate,
             serving=self.started,
+            clock=self.clock,
         )
 
     def _go_live(self, lanes: dict[tuple[str, str], Lane]) -> None:
@@ -306,7 +312,7 @@ class Router:
                 device's at the size of the batch the stream and the request make
                 (:meth:`Speed.at`). (default: ``0``)
         """
-        now = time.monotonic()
+        now = self.clock.now()
         ahead, waiting, running = 0.0, 0, 0
         for lane in self._draining:  # only during a reload: the last batches of the old lanes
             ahead += lane.running_ms(now) + lane.queued_ms()
@@ -502,7 +508,7 @@ class Router:
 
         ``output`` is what it returns per node: ``"class"``, ``"proba"`` or ``"embedding"``
         (:class:`~gnnaas.inference.executor.ExecRequest`). With ``deadline_ms`` (counted from
-        ``arrived``, ``time.perf_counter()`` when it reached the server) the variant is chosen as
+        ``arrived``, when it reached the server on :attr:`clock`) the variant is chosen as
         for an SLO, the request is refused at once when no admissible variant is predicted to
         answer in time, and it is never computed after its deadline. ``priority`` orders it in
         its variant's queue and decides who is shed first under overload
@@ -519,9 +525,9 @@ class Router:
         num_nodes = len(nodes)
         expires = left_ms = None
         if deadline_ms is not None:
-            now = time.perf_counter()
+            now = self.clock.now()
             left_ms = deadline_ms - (now - (arrived if arrived is not None else now)) * 1e3
-            expires = time.monotonic() + left_ms / 1e3
+            expires = now + left_ms / 1e3
         variant, selection = self.select(
             dataset,
             num_nodes,
@@ -575,7 +581,7 @@ class Router:
             self.metrics.admitted(dataset.name, priority, shed)
             raise
         if expires is not None and deadline_ms is not None:  # set together
-            over_ms = (time.monotonic() - expires) * 1e3
+            over_ms = (self.clock.now() - expires) * 1e3
             if over_ms > 0:  # a late answer is worth nothing
                 self.metrics.admitted(dataset.name, priority, "late")
                 raise late_answer(

@@ -13,7 +13,6 @@ types) and unknown datasets are left to the FastAPI route, whose validation word
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -110,7 +109,9 @@ async def try_predict(core: Router, scope: dict[str, Any], body: bytes, send: An
     if parsed is None:
         return False
     nodes, output = parsed
-    start = scope.get(START_KEY) or time.perf_counter()
+    start = scope.get(START_KEY)
+    if start is None:
+        start = core.clock.now()
     try:
         asked = read_headers(headers.get)
         check_nodes(
