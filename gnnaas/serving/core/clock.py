@@ -94,6 +94,11 @@ class FakeClock(Clock):
         """Its reading: ``start`` plus every :meth:`advance` so far."""
         return self._now
 
+    @property
+    def pending(self) -> int:
+        """How many timeouts wait on it now (entered, neither passed nor left)."""
+        return len(self._pending)
+
     def advance(self, seconds: float) -> None:
         """Moves the clock ``seconds`` forward; the timeouts it reaches fire.
 
@@ -124,11 +129,10 @@ class FakeClock(Clock):
             self._watchers.append((count, loop, reached))
         await reached
 
-    def _enter(self, timeout: _FakeTimeout) -> bool:
-        """Registers ``timeout``; ``True`` when it is due already."""
-        assert timeout.when is not None
+    def _enter(self, timeout: _FakeTimeout, when: float) -> bool:
+        """Registers ``timeout``, due at ``when``; ``True`` when it is due already."""
         with self._lock:
-            if timeout.when <= self._now:
+            if when <= self._now:
                 return True
             self._pending.add(timeout)
             n = len(self._pending)
@@ -175,7 +179,7 @@ class _FakeTimeout:
         self._loop = asyncio.get_running_loop()
         self._inner = asyncio.timeout(None)
         await self._inner.__aenter__()
-        if self.when is not None and self._clock._enter(self):
+        if self.when is not None and self._clock._enter(self, self.when):
             self._expire()
         return self
 
@@ -184,16 +188,16 @@ class _FakeTimeout:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
         self._left = True
         self._clock._leave(self)
-        assert self._inner is not None
-        return await self._inner.__aexit__(exc_type, exc, tb)
+        if self._inner is not None:  # raises TimeoutError when it fired
+            await self._inner.__aexit__(exc_type, exc, tb)
 
     def fire(self) -> None:
         """Expires the block (from any thread)."""
-        assert self._loop is not None
-        _call_soon(self._loop, self._expire)
+        if self._loop is not None:
+            _call_soon(self._loop, self._expire)
 
     def _expire(self) -> None:
         if not self._left and self._inner is not None and self._loop is not None:
