@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Literal, TypeVar
 
 import pytest
@@ -109,6 +110,26 @@ async def test_a_partial_batch_runs_when_its_wait_for_batch_mates_is_over() -> N
         (2, 2, 2, 0.5),
         (4, 2, 2, 0.5),
     ]
+    await batcher.stop()
+
+
+class _EarlyTimers(FakeClock):
+    """A clock whose timeouts fire a millisecond before it reads their time, as an event loop's
+    timer of millisecond resolution (uvloop's) may."""
+
+    def timeout_at(self, when: float | None) -> AbstractAsyncContextManager[object]:
+        return super().timeout_at(None if when is None else when - 1e-3)
+
+
+async def test_a_wait_ended_by_its_timer_ends_even_if_the_timer_was_a_little_early() -> None:
+    clock = _EarlyTimers()
+    handler = Handler()
+    batcher = _batcher(handler, max_wait_s=0.5, clock=clock)
+    pending = batcher.enqueue(1, size=1)
+    await _soon(clock.waiting())
+    clock.advance(0.499)  # its timer fires; waiting on would spin on a timer already due
+    assert (await _soon(pending)).queue_s == 0.499
+    assert handler.batches == [[1]]
     await batcher.stop()
 
 

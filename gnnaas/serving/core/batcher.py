@@ -409,14 +409,21 @@ class Batcher(Generic[T, R]):
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         planner, clock = self._planner, self.clock
+        now = clock.now()
         while True:
-            now = clock.now()
             plan = planner.plan(now, stopping=self._stop_requested)
             self._fail_expired(plan.expired, now)
             if not plan.ready:
                 if plan.idle and self._stop_requested:
                     return  # after a stop, what a fitted batch put back was still served
-                await self._wait(plan.wait_until)
+                until = plan.wait_until
+                timed_out = await self._wait(until)
+                now = clock.now()
+                if timed_out and until is not None and now < until:
+                    # The event loop's timer fired a little before the clock reads `until`
+                    # (uvloop's count whole milliseconds): its firing is the clock's word that
+                    # the time has come, or the step would only ask to wait a moment more.
+                    now = until
                 continue
             # The batch waited for batch-mates without the gate: another variant's batch may
             # have run meanwhile. What arrived while the gate was busy joins now.
@@ -426,13 +433,18 @@ class Batcher(Generic[T, R]):
                 self._fail_expired(plan.expired, now)
                 if plan.run:
                     await self._execute(loop, plan.run)
+            now = clock.now()
 
-    async def _wait(self, until: float | None) -> None:
-        """Until an entry (or the stop) arrives, or :attr:`clock` reaches ``until``."""
+    async def _wait(self, until: float | None) -> bool:
+        """Until an entry (or the stop) arrives, or :attr:`clock` reaches ``until``; returns
+        whether the time ran out."""
         self._ready.clear()  # the step just took what had arrived
-        with contextlib.suppress(TimeoutError):
+        try:
             async with self.clock.timeout_at(until):
                 await self._ready.wait()
+        except TimeoutError:
+            return True
+        return False
 
     def _fail_expired(self, expired: list[tuple[_Pending[T, R], str]], now: float) -> None:
         for pending, why in expired:
