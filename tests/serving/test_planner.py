@@ -66,9 +66,12 @@ def test_a_full_batch_does_not_wait_and_later_arrivals_wait_for_the_next() -> No
 
 def test_a_request_that_would_overflow_starts_the_next_batch_and_closes_this_one() -> None:
     planner = _planner(
-        _request("a", size=3), _request("b", size=3), _request("c", size=1), max_batch_size=4
+        _request("a", size=3),
+        _request("b", size=3),
+        _request("c", size=1),
+        max_batch_size=4,
+        max_wait_s=60.0,
     )
-    planner.max_wait_s = 60.0
     assert planner.plan(0.0).ready  # 3 nodes, but b would overflow: no more waiting
     assert planner.carry is not None and planner.carry.name == "b"
     assert planner.queues.nodes == 7  # the open batch and the carry are still counted

@@ -189,12 +189,9 @@ class Batcher(Generic[T, R]):
         if not aging_s >= 0:
             raise ValueError(f"Batcher aging_s must be >= 0 (got {aging_s})")
         self.name = name
-        self.max_batch_size = max_batch_size
-        self.max_wait_s = max_wait_s
         self.max_queue_size = max_queue_size
         self.retry_after_s = retry_after_s
         self.inline_max_size = inline_max_size
-        self.aging_s = aging_s
         self.clock = clock
         self._handler = handler
         self._on_batch = on_batch
@@ -223,6 +220,21 @@ class Batcher(Generic[T, R]):
             f"{type(self).__name__}({self.name!r}, max_batch_size={self.max_batch_size}, "
             f"max_wait_s={self.max_wait_s}, max_queue_size={self.max_queue_size})"
         )
+
+    @property
+    def max_batch_size(self) -> int:
+        """Most nodes per batch."""
+        return self._planner.max_batch_size
+
+    @property
+    def max_wait_s(self) -> float:
+        """How long the first request of a batch waits for others."""
+        return self._planner.max_wait_s
+
+    @property
+    def aging_s(self) -> float:
+        """How long a request waits before it competes as ``high``."""
+        return self._planner.aging_s
 
     # -- load, read by the router's load snapshot ------------------------------------------------
 
