@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -149,6 +150,22 @@ def held(model: FakeModel) -> Iterator[threading.Event]:
     finally:
         gate.set()
         model.gate = None
+
+
+async def next_turn() -> None:
+    """Returns once every task already scheduled on the running event loop has taken its next
+    step; no time passes.
+
+    A task started with ``asyncio.ensure_future`` takes its first step on the loop's next turn
+    (Python 3.11 has no eager tasks), and the router queues a request in that first step (it never
+    awaits before queuing). The loop runs its ready callbacks in the order they were scheduled,
+    and the one resolving this future is scheduled after theirs. Await an event instead wherever
+    the code under test sets one.
+    """
+    loop = asyncio.get_running_loop()
+    turn: asyncio.Future[None] = loop.create_future()
+    loop.call_soon(turn.set_result, None)
+    await turn
 
 
 def wait_until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:

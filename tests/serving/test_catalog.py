@@ -1,9 +1,11 @@
 """The catalog of a multi-application deployment, without Ray: merged metrics, the replicas'
-polls, readiness and listing, and its HTTP routes."""
+polls, readiness and listing, and its HTTP routes. Its poll, grace and scrape times run on a
+:class:`FakeClock`: the tests advance it, and never sleep."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gnnaas.serving import ServingMetrics, Settings
+from gnnaas.serving.core.clock import FakeClock
 from gnnaas.serving.core.drift import DriftRecord
 from gnnaas.serving.deploy.catalog import (
     REDEPLOY_DETAIL,
@@ -91,75 +94,95 @@ class _Replica:
             command = await self.catalog.poll(_report(self.replica, self.app, metrics))
             metrics = _metrics(self.requests) if command == "metrics" else None
 
-
-def test_replicas_poll_and_a_scrape_wakes_them() -> None:
-    async def scenario() -> None:
-        catalog = Catalog(APPS, poll_s=30.0, grace_s=0.3, scrape_wait_s=2.0)
-        assert catalog.readiness().reasons == [
-            "toy: no replica is up yet (Ray Serve is starting them)",
-            "ring: no replica is up yet (Ray Serve is starting them)",
-        ]
-        replicas = [
-            _Replica(catalog, "t1", "gnnaas-toy", 3),
-            _Replica(catalog, "t2", "gnnaas-toy", 4),
-        ]
-        await asyncio.sleep(0.05)
-        assert catalog.reporting() == {"gnnaas-toy": 2}
-        assert [d["name"] for d in catalog.listing()] == ["toy"]
-        assert catalog.readiness().reasons == [
-            "ring: no replica is up yet (Ray Serve is starting them)"
-        ]
-        starting = asyncio.create_task(
-            catalog.poll(_report("r1", "gnnaas-ring", reasons=["starting: loading"]))
-        )
-        await asyncio.sleep(0.01)
-        assert catalog.readiness().reasons == ["ring: starting: loading"]
-        starting.cancel()
-        replicas.append(_Replica(catalog, "r1", "gnnaas-ring", 0))
-        await asyncio.sleep(0.05)
-        ready = catalog.readiness()
-        assert (ready.status, ready.datasets) == ("ready", ["toy", "ring"])
-        assert ready.not_routed == {"toy/v0": "no profile", "ring/v0": "no profile"}
-        assert [d["name"] for d in catalog.listing()] == ["toy", "ring"]
-
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        text = (await catalog.render_metrics()).decode()
-        assert loop.time() - started < 1.0  # the replicas answered; no wait for the bound
-        assert _value(text, 'gnnaas_requests_total{dataset="toy",variant="v1"}') == [7.0]
-
-        replicas[0].task.cancel()  # t1 dies (its last poll stays open until woken)
-        await asyncio.sleep(0)
-        replicas[0].requests = 0
-        text = (await catalog.render_metrics()).decode()  # t1 does not answer this one
-        await asyncio.sleep(0.4)  # past the grace: t1 is forgotten, its counts kept
-        assert catalog.replicas("gnnaas-toy") == {"t2": 1}
-        text = (await catalog.render_metrics()).decode()
-        assert _value(text, 'gnnaas_requests_total{dataset="toy",variant="v1"}') == [7.0]
-
-        replicas[1].task.cancel()  # t2 stops: its final report carries its final counts
-        await asyncio.sleep(0)
-        assert await catalog.poll(_report("t2", "gnnaas-toy", _metrics(5), stopping=True)) == (
-            "stop"
-        )
-        assert await catalog.poll(_report("t2", "gnnaas-toy", _metrics(4))) == "stop"  # late
-        text = (await catalog.render_metrics()).decode()
-        assert _value(text, 'gnnaas_requests_total{dataset="toy",variant="v1"}') == [8.0]
-        assert catalog.readiness().reasons == [
-            "toy: no replica is up yet (Ray Serve is starting them)"
-        ]
-        for r in replicas:
-            r.task.cancel()
-
-    asyncio.run(scenario())
+    async def kill(self) -> None:
+        """Ends its poll loop (the call it had open ends with it)."""
+        await _cancelled(self.task)
 
 
-def test_an_idle_poll_returns_after_poll_s() -> None:
-    async def scenario() -> None:
-        catalog = Catalog(APPS, poll_s=0.05)
-        assert await catalog.poll(_report("t1", "gnnaas-toy")) == "idle"
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
-    asyncio.run(scenario())
+
+def _toy_requests(text: bytes) -> list[float]:
+    return _value(text.decode(), 'gnnaas_requests_total{dataset="toy",variant="v1"}')
+
+
+async def test_replicas_poll_and_a_scrape_wakes_them() -> None:
+    clock = FakeClock()
+    catalog = Catalog(APPS, poll_s=30.0, grace_s=0.5, scrape_wait_s=2.0, clock=clock)
+    assert catalog.readiness().reasons == [
+        "toy: no replica is up yet (Ray Serve is starting them)",
+        "ring: no replica is up yet (Ray Serve is starting them)",
+    ]
+    replicas = [
+        _Replica(catalog, "t1", "gnnaas-toy", 3),
+        _Replica(catalog, "t2", "gnnaas-toy", 4),
+    ]
+    await clock.waiting(2)  # both replicas' polls wait here
+    assert catalog.reporting() == {"gnnaas-toy": 2}
+    assert [d["name"] for d in catalog.listing()] == ["toy"]
+    assert catalog.readiness().reasons == [
+        "ring: no replica is up yet (Ray Serve is starting them)"
+    ]
+    starting = asyncio.create_task(
+        catalog.poll(_report("r1", "gnnaas-ring", reasons=["starting: loading"]))
+    )
+    await clock.waiting(3)
+    assert catalog.readiness().reasons == ["ring: starting: loading"]
+    await _cancelled(starting)
+    replicas.append(_Replica(catalog, "r1", "gnnaas-ring", 0))  # ready now
+    await clock.waiting(3)
+    ready = catalog.readiness()
+    assert (ready.status, ready.datasets) == ("ready", ["toy", "ring"])
+    assert ready.not_routed == {"toy/v0": "no profile", "ring/v0": "no profile"}
+    assert [d["name"] for d in catalog.listing()] == ["toy", "ring"]
+
+    # Every replica answers the scrape: it needs no time on the clock.
+    assert _toy_requests(await catalog.render_metrics()) == [7.0]
+    assert clock.now() == 0.0
+
+    await replicas[0].kill()  # t1 dies: forgotten once its grace is over, its counts kept
+    clock.advance(0.5)
+    assert catalog.replicas("gnnaas-toy") == {"t1": 1, "t2": 1}  # not yet
+    clock.advance(0.25)
+    assert catalog.replicas("gnnaas-toy") == {"t2": 1}
+    assert _toy_requests(await catalog.render_metrics()) == [7.0]
+
+    await replicas[1].kill()  # t2 stops: its final report carries its final counts
+    assert await catalog.poll(_report("t2", "gnnaas-toy", _metrics(5), stopping=True)) == "stop"
+    assert await catalog.poll(_report("t2", "gnnaas-toy", _metrics(4))) == "stop"  # late
+    assert _toy_requests(await catalog.render_metrics()) == [8.0]
+    assert catalog.readiness().reasons == ["toy: no replica is up yet (Ray Serve is starting them)"]
+    await replicas[2].kill()
+
+
+async def test_a_scrape_waits_scrape_wait_s_for_a_replica_that_does_not_answer() -> None:
+    clock = FakeClock()
+    catalog = Catalog(APPS, poll_s=30.0, grace_s=5.0, scrape_wait_s=2.0, clock=clock)
+    replica = _Replica(catalog, "t1", "gnnaas-toy", 3)
+    await clock.waiting()
+    assert _toy_requests(await catalog.render_metrics()) == [3.0]  # it answered
+    await replica.kill()  # alive for 5 s more, but it answers no longer
+    scrape = asyncio.create_task(catalog.render_metrics())
+    await clock.waiting()  # the scrape waits for it
+    clock.advance(1.75)
+    assert clock.pending == 1 and not scrape.done()  # its timeout has not fired
+    clock.advance(0.25)
+    assert _toy_requests(await scrape) == [3.0]  # its latest metrics
+    assert catalog.replicas() == {"t1": 1}
+
+
+async def test_an_idle_poll_returns_after_poll_s() -> None:
+    clock = FakeClock()
+    catalog = Catalog(APPS, poll_s=20.0, clock=clock)
+    poll = asyncio.create_task(catalog.poll(_report("t1", "gnnaas-toy")))
+    await clock.waiting()
+    clock.advance(19.5)
+    assert clock.pending == 1 and not poll.done()
+    clock.advance(0.5)
+    assert await poll == "idle"
 
 
 @pytest.mark.parametrize("apps", [{}, {"a": ["x"], "b": ["x"]}])
@@ -168,12 +191,21 @@ def test_catalog_refuses_bad_apps(apps: dict[str, list[str]]) -> None:
         Catalog(apps)
 
 
+async def _one_idle_poll(catalog: Catalog, clock: FakeClock, report: ReplicaReport) -> str:
+    poll = asyncio.create_task(catalog.poll(report))
+    await clock.waiting()
+    clock.advance(catalog.poll_s)
+    return await poll
+
+
 def test_catalog_routes() -> None:
-    catalog = Catalog(APPS, poll_s=0.05, scrape_wait_s=0.1)
+    clock = FakeClock()
+    catalog = Catalog(APPS, poll_s=20.0, grace_s=5.0, clock=clock)
     settings = Settings(admin_token="secret", retry_after_s=3)
     with TestClient(create_catalog_app(settings, catalog)) as client:
         assert client.portal is not None
-        client.portal.call(catalog.poll, _report("t1", "gnnaas-toy"))  # on the app's loop
+        poll = client.portal.call(_one_idle_poll, catalog, clock, _report("t1", "gnnaas-toy"))
+        assert poll == "idle"  # on the app's loop; t1 is live for its grace
         assert client.get("/healthz").json() == {"status": "ok"}
         listing = client.get("/v1/datasets").json()["datasets"]
         assert [d["name"] for d in listing] == ["toy"]
@@ -190,5 +222,6 @@ def test_catalog_routes() -> None:
         assert client.post("/v1/admin/reload").status_code == 401
         reload = client.post("/v1/admin/reload", headers={"Authorization": "Bearer secret"})
         assert (reload.status_code, reload.json()) == (409, {"detail": REDEPLOY_DETAIL})
+        clock.advance(catalog.grace_s + 1.0)  # t1 is gone: the scrape waits for no one
         text = client.get("/metrics").text
         assert _value(text, 'gnnaas_rejections_total{reason="not_found"}') == [2.0]

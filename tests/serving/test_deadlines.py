@@ -1,8 +1,10 @@
-"""Deadlines and priorities over HTTP: refused at once, expired in the queue, counted."""
+"""Deadlines and priorities over HTTP: refused at once, expired in the queue, counted.
+
+The apps run on a :class:`FakeClock`: a request outlives its deadline because the test advances
+the clock while the model is held, whatever the machine's speed."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +14,7 @@ from fastapi.testclient import TestClient
 from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait_until
 
 from gnnaas.serving import Router, Settings, create_app
+from gnnaas.serving.core.clock import FakeClock
 
 URL = "/v1/datasets/toy/predict"
 SETTINGS = dict(max_wait_ms=0.0, max_concurrent_batches=4, inline_max_nodes=0)
@@ -19,8 +22,9 @@ SETTINGS = dict(max_wait_ms=0.0, max_concurrent_batches=4, inline_max_nodes=0)
 
 @pytest.fixture
 def toy() -> Iterator[tuple[TestClient, Router, dict[str, FakeModel]]]:
+    """A client of the toy app on a fake clock (``router.clock``), its router and models."""
     registry, models = make_toy_registry()
-    app = create_app(Settings(**SETTINGS), registry=registry)
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
     with TestClient(app) as client:
         yield client, app.state.router, models
 
@@ -41,7 +45,8 @@ def _scaled(factor: float) -> dict[str, tuple[int, float | None, dict[int, float
 def test_a_deadline_shorter_than_every_prediction_is_refused_at_once() -> None:
     registry, models = make_toy_registry(_scaled(100))
     # The curves predict 103.2 ms for two nodes on the fastest variant (sage-lasso-8x).
-    with TestClient(create_app(Settings(**SETTINGS), registry=registry)) as client:
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
+    with TestClient(app) as client:
         calls = sum(m.calls for m in models.values())
         refused = _post(client, [1, 2], **{"X-Deadline-Ms": "50", "X-Accuracy-Tolerance": "50"})
         assert refused.status_code == 503
@@ -63,10 +68,10 @@ def test_a_deadline_shorter_than_every_prediction_is_refused_at_once() -> None:
 
 def test_with_work_ahead_low_and_normal_are_refused_past_their_share_high_is_not() -> None:
     # Curves 1,000 times the toy's: one node 3 s, 32 nodes 6 s on sage-full-1x; the deadlines
-    # below are seconds (the running batch's predicted rest counts while it is under 3 s old).
+    # below are seconds (the running batch's predicted 3 s all count: the clock stands still).
     registry, models = make_toy_registry(_scaled(1000))
     pin = "sage-full-1x"
-    app = create_app(Settings(**SETTINGS), registry=registry)
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
     with TestClient(app) as client, held(models[pin]) as gate, ThreadPoolExecutor(3) as pool:
         lane = app.state.router.lane("toy", pin)
         running = pool.submit(_post, client, [0], **{"X-Variant": pin})
@@ -97,6 +102,8 @@ def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_ru
     toy: tuple[TestClient, Router, dict[str, FakeModel]],
 ) -> None:
     client, core, models = toy
+    clock = core.clock
+    assert isinstance(clock, FakeClock)
     pin = "sage-full-1x"
     model = models[pin]
     lane = core.lane("toy", pin)
@@ -105,19 +112,16 @@ def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_ru
         assert model.entered.wait(5)
         seen = model.calls
         # Admitted (predicted to make 50 ms), then held behind the running batch past it.
-        queued_at = time.monotonic()
         late = pool.submit(_post, client, [7], **{"X-Variant": pin, "X-Deadline-Ms": "50"})
         patient = pool.submit(_post, client, [8], **{"X-Variant": pin})
         wait_until(lambda: lane.batcher.queued_requests == 2)
-        # The deadline is 50 ms from arrival: once 100 ms have passed since it was sent, it has
-        # passed whatever the scheduling, and the model's gate opens only then.
-        wait_until(lambda: time.monotonic() - queued_at > 0.1)
+        clock.advance(0.1)  # the running batch takes 100 ms: past the 50 ms deadline
         gate.set()
         assert running.result().status_code == 200
         expired = late.result()
         assert patient.result().status_code == 200
     assert expired.status_code == 504
-    assert "deadline passed after" in expired.json()["detail"]
+    assert "deadline passed after 100.0 ms in the queue" in expired.json()["detail"]
     assert "it was not computed" in expired.json()["detail"]
     assert model.calls == seen + 1  # one more batch: the patient request alone
     metrics = client.get("/metrics").text
@@ -130,24 +134,23 @@ def test_an_answer_ready_after_its_deadline_is_discarded_with_504() -> None:
     registry, models = make_toy_registry(_scaled(100))
     pin = "sage-full-1x"
     model = models[pin]
+    clock = FakeClock()
     with (
-        TestClient(create_app(Settings(**SETTINGS), registry=registry)) as client,
+        TestClient(create_app(Settings(**SETTINGS), registry=registry, clock=clock)) as client,
         held(model) as gate,
         ThreadPoolExecutor(1) as pool,
     ):
         seen = model.calls
-        # Predicted to make 1.5 s (300 ms), so it is computed; the held model makes it late:
-        # it arrived before the model was entered, so 1.6 s after that its deadline has passed.
+        # Predicted to make 1.5 s (300 ms), so it is computed; the held model takes 1.6 s.
         late = pool.submit(_post, client, [7], **{"X-Variant": pin, "X-Deadline-Ms": "1500"})
         assert model.entered.wait(5)
-        entered_at = time.monotonic()
-        wait_until(lambda: time.monotonic() - entered_at > 1.6)
+        clock.advance(1.6)
         gate.set()
         answer = late.result()
         metrics = client.get("/metrics").text
     assert answer.status_code == 504
     detail = answer.json()["detail"]
-    assert detail.startswith("X-Deadline-Ms 1500: the answer was ready ")
+    assert detail.startswith("X-Deadline-Ms 1500: the answer was ready 100.0 ms after the")
     assert "after the deadline" in detail and "it was discarded, never answered late" in detail
     assert model.calls == seen + 1  # computed, not sent
     assert 'gnnaas_admission_total{dataset="toy",outcome="late",priority="normal"} 1.0' in metrics

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
-import subprocess
-import sys
-import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,6 +20,7 @@ from serving_fakes import (
     FakeModel,
     held,
     make_toy_registry,
+    next_turn,
     tiny_store,
     write_tiny_repository,
 )
@@ -282,7 +278,7 @@ async def test_requests_queued_on_the_old_set_finish_on_it(
             queued = asyncio.ensure_future(
                 router.predict(router.registry.get("toy"), [2], pinned="sage-full-1x")
             )
-            await asyncio.sleep(0)
+            await next_turn()
             assert old_lane.batcher.queued_requests == 1
             source.variants["sage-greedy-4x"] = NEW
             reload = asyncio.ensure_future(client.post(RELOAD, headers=AUTH))
@@ -480,55 +476,3 @@ def test_start_up_notes_a_variant_whose_manifest_is_unreadable(disk: tuple[Setti
     assert registry.notes[0].startswith("variant tiny/sage-random-4x skipped: ")
     with pytest.raises(ArtifactError, match="variant tiny/sage-random-4x: "):
         VariantRegistry.load(settings, strict=True)
-
-
-# -- the real server -----------------------------------------------------------------------------
-
-
-def test_real_server_reloads_on_sighup(small_store: Any, tmp_path: Path) -> None:
-    from test_server import HOST, _free_port, _stop
-
-    variants_dir, profiles_dir = write_tiny_repository(tmp_path, small_store)
-    port = _free_port()
-    log = tmp_path / "server.log"
-    cmd = [
-        sys.executable, "-m", "gnnaas.cli", "serve", "--variants", str(variants_dir),
-        "--profiles", str(profiles_dir), "--host", HOST, "--port", str(port),
-        "--device", "cpu", "--dataset", small_store.name,
-    ]  # fmt: skip
-    env = {**os.environ, "GNNAAS_TORCH_THREADS": "1", "GNNAAS_ADMIN_TOKEN": TOKEN}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-    def wait_for(cond: Callable[[], bool], what: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited early:\n{log.read_text()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what} not seen in {timeout_s} s:\n{log.read_text()}")
-            time.sleep(0.1)  # polling another process: there is no event to wait on
-
-    def ready() -> bool:
-        try:
-            return client.get("/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=10) as client:
-            wait_for(ready, "readiness", 90)
-            extra = {**TINY_VARIANTS, "sage-greedy-2x": (2, 75.0, (3.0, 6.0, 20.0, 70.0))}
-            write_tiny_repository(tmp_path, small_store, extra)
-            proc.send_signal(signal.SIGHUP)
-            wait_for(lambda: "reload (SIGHUP) done: generation 2" in log.read_text(), "reload", 60)
-            url = f"/v1/datasets/{small_store.name}/predict"
-            pinned = client.post(url, json={"nodes": [0]}, headers={"X-Variant": "sage-greedy-2x"})
-            assert pinned.status_code == 200, pinned.text
-            assert client.post(RELOAD, headers=AUTH).json()["generation"] == 3
-        assert _stop(proc) == 0  # SIGINT still shuts down gracefully
-    finally:
-        _stop(proc)
-    text = log.read_text()
-    assert "variant synth-small/sage-greedy-2x added" in text
-    assert "Application shutdown complete" in text and "Traceback" not in text

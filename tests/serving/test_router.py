@@ -1,19 +1,23 @@
-"""The serving core without HTTP: measured load, draining, settings."""
+"""The serving core without HTTP: measured load, draining, settings.
+
+Routers whose tests depend on time run on a :class:`FakeClock`: a batch is made slow by advancing
+the clock while its model is held, never by sleeping."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
 from pydantic import ValidationError
-from serving_fakes import FakeModel, held
+from serving_fakes import FakeModel, held, next_turn
 
 from gnnaas.errors import OverloadedError
 from gnnaas.policy import DecisionTable, LoadSnapshot, RequestSpec, Selection, candidates_within
 from gnnaas.serving import NotFoundError, Router, Settings, VariantRegistry
+from gnnaas.serving.core.clock import FakeClock
 
 
 def select_variant(
@@ -25,7 +29,7 @@ def select_variant(
 
 @pytest.fixture
 async def router(toy: tuple[VariantRegistry, dict[str, FakeModel]]) -> Router:
-    core = Router(toy[0], Settings(warmup=False, max_batch_nodes=4))
+    core = Router(toy[0], Settings(warmup=False, max_batch_nodes=4), clock=FakeClock())
     await core.start()
     yield core  # type: ignore[misc]
     await core.stop()
@@ -34,23 +38,21 @@ async def router(toy: tuple[VariantRegistry, dict[str, FakeModel]]) -> Router:
 slow_id, other_id = "sage-lasso-8x", "sage-lasso-2x"
 
 
-async def _until(cond: object) -> None:
-    for _ in range(5000):
-        if cond():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("condition not reached in time")
+async def _entered(model: FakeModel) -> None:
+    """Until ``model`` runs a batch (in its lane's worker thread)."""
+    assert await asyncio.to_thread(model.entered.wait, 5)
 
 
 async def _backlog(core: Router, ds: Any, model: FakeModel) -> list[asyncio.Future[Any]]:
     """One batch of the slow variant running (held in ``model``) and 4 × 50 nodes queued
     behind it."""
     running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
-    await _until(model.entered.is_set)
+    await _entered(model)
     queued = [
         asyncio.ensure_future(core.predict(ds, torch.arange(50), pinned=slow_id)) for _ in range(4)
     ]
-    await _until(lambda: core.lane("toy", slow_id).batcher.queued_nodes == 200)
+    await next_turn()  # each predict queues its request in its first step
+    assert core.lane("toy", slow_id).batcher.queued_nodes == 200
     return [running, *queued]
 
 
@@ -77,30 +79,35 @@ async def test_load_snapshot_is_measured_from_the_queues(
         running = asyncio.ensure_future(
             router.predict(ds, torch.tensor([0]), pinned="sage-lasso-8x")
         )
-        await _until(model.entered.is_set)
+        await _entered(model)
         queued = [
             asyncio.ensure_future(router.predict(ds, torch.arange(3), pinned="sage-lasso-8x"))
             for _ in range(3)
         ]
-        await _until(lambda: lane.batcher.queued_nodes == 9)
+        await next_turn()
         # 9 queued nodes = 2 full batches of 4 + 1 node, from the profiled curve
-        # {1: 1.0, 32: 2.0} ms, plus what is left of the running batch (at most 1 ms).
+        # {1: 1.0, 32: 2.0} ms, plus what is left of the running batch: all of its 1 ms, as the
+        # clock has not moved since it started.
         snap = router.load_snapshot(ds)
         assert (snap.waiting_nodes, snap.running_nodes, snap.max_batch_nodes) == (9, 1, 4)
         assert snap.load("sage-lasso-8x").queued_nodes == 9
         assert snap.load("sage-lasso-2x").queued_nodes == 0
         waits = {v: load.wait_ms for v, load in snap.variants.items()}
         per4, per1 = 1.0 + 3 / 31, 1.0
-        assert 2 * per4 + per1 <= waits["sage-lasso-8x"] <= 2 * per4 + per1 + 1.0
+        assert waits["sage-lasso-8x"] == pytest.approx(2 * per4 + per1 + 1.0)
         # The device is shared: on the 2x variant the same 9 nodes would take its own time.
         per4_2x, per1_2x = 2.0 + 2 * 3 / 31, 2.0
-        assert 2 * per4_2x + per1_2x <= waits["sage-lasso-2x"] <= 2 * per4_2x + per1_2x + 1.0
+        assert waits["sage-lasso-2x"] == pytest.approx(2 * per4_2x + per1_2x + 1.0)
+        router.clock.advance(0.0005)  # half of the running batch's predicted 1 ms has passed
+        assert router.load_snapshot(ds).load("sage-lasso-8x").wait_ms == pytest.approx(
+            2 * per4 + per1 + 0.5
+        )
         assert waits["gin-random-8x"] == 0.0  # unprofiled: never routed to
         # A new node joins the 8x backlog (2 x 4 + 2 nodes) rather than a 2x batch behind it.
         sel = router.select(ds, 1, tolerance=50)[1]
         assert sel is not None and sel.variant_id == "sage-lasso-8x"
         assert sel.predicted_ms == pytest.approx(2 * per4 + 1.0 + 1 / 31, abs=1.0)
-        await asyncio.sleep(0.01)  # the held batch takes >= 10x its profiled 1 ms
+        router.clock.advance(0.0095)  # the held batch takes 10x its profiled 1 ms
         gate.set()
         await asyncio.gather(running, *queued)
     assert router.load_snapshot(ds).load("sage-lasso-8x").wait_ms == 0.0
@@ -134,17 +141,19 @@ async def test_decisions_predict_at_the_device_speed_of_their_batch_size(router:
 async def test_stop_drains_in_flight_requests(
     toy: tuple[VariantRegistry, dict[str, FakeModel]],
 ) -> None:
-    core = Router(toy[0], Settings(warmup=False))
+    clock = FakeClock()
+    core = Router(toy[0], Settings(warmup=False), clock=clock)
     await core.start()
     ds = core.registry.datasets["toy"]
     model = toy[1]["sage-full-1x"]
     with held(model) as gate:
         pending = [asyncio.ensure_future(core.predict(ds, torch.tensor([0])))]
-        await _until(model.entered.is_set)
+        await _entered(model)
         pending += [asyncio.ensure_future(core.predict(ds, torch.tensor([i]))) for i in (1, 2)]
-        await _until(lambda: core.lane("toy", "sage-full-1x").batcher.queued_requests == 2)
+        await next_turn()
+        assert core.lane("toy", "sage-full-1x").batcher.queued_requests == 2
         stopping = asyncio.ensure_future(core.stop())
-        await asyncio.sleep(0.01)
+        await clock.waiting()  # the batchers are closed and wait (on the clock) for the drain
         assert not stopping.done()
         with pytest.raises(OverloadedError, match="shutting down"):
             await core.predict(ds, torch.tensor([1]))
@@ -155,23 +164,34 @@ async def test_stop_drains_in_flight_requests(
 
 
 async def test_one_batch_at_a_time_on_the_device(
-    toy: tuple[VariantRegistry, dict[str, FakeModel]],
+    toy: tuple[VariantRegistry, dict[str, FakeModel]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     core = Router(toy[0], Settings(warmup=False))  # max_concurrent_batches=1
     await core.start()
     ds = core.registry.datasets["toy"]
     slow, other = toy[1]["sage-lasso-8x"], toy[1]["sage-lasso-2x"]
+    device, contended = core._gate, asyncio.Event()
+    assert device is not None
+    acquire = device.acquire
+
+    async def watched() -> Literal[True]:  # tells when a batch waits for the device
+        if device.locked():
+            contended.set()
+        return await acquire()
+
+    monkeypatch.setattr(device, "acquire", watched)
     try:
         with held(slow) as gate:
             first = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
-            await _until(slow.entered.is_set)
+            await _entered(slow)
             calls = other.calls
             second = asyncio.ensure_future(core.predict(ds, torch.tensor([1]), pinned=other_id))
-            await asyncio.sleep(0.05)
-            assert other.calls == calls and not second.done()  # waits for the device
+            await asyncio.wait_for(contended.wait(), 10)  # its batch waits for the device
+            assert other.calls == calls and not second.done()
             # Nodes arriving meanwhile merge into the waiting batch.
             third = asyncio.ensure_future(core.predict(ds, torch.tensor([2]), pinned=other_id))
-            await _until(lambda: core.lane("toy", other_id).batcher.queued_nodes == 2)
+            await next_turn()
+            assert core.lane("toy", other_id).batcher.queued_nodes == 2
             gate.set()
             results = await asyncio.gather(first, second, third)
         assert [r.batch_requests for r in results] == [1, 2, 2]
@@ -231,7 +251,7 @@ async def test_a_busy_stream_stays_on_its_lane(
         assert core.select(ds, 1, tolerance=4.5)[0].variant_id == "sage-full-1x"
         with held(blocker) as gate:
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
-            await _until(blocker.entered.is_set)
+            await _entered(blocker)
             core._gen.current[ds.name] = "sage-lasso-2x"
             picks = {core.select(ds, 1, tolerance=4.5)[0].variant_id for _ in range(200)}
             assert picks == {"sage-lasso-2x"}
@@ -355,7 +375,7 @@ async def test_a_busy_stream_on_the_fastest_variant_is_routed_without_reading_th
         assert full[0].variant_id == fastest and not math.isnan(full[1].predicted_ms)
         with held(model) as gate:
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=fastest))
-            await _until(model.entered.is_set)
+            await _entered(model)
             expected = core.select(ds, 3, tolerance=50.0)[1]  # busy on the fastest: kept
             variant, selection = core.select(ds, 3, tolerance=50.0)
             assert variant.variant_id == expected.variant_id == fastest
@@ -388,7 +408,7 @@ async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
         assert idle.predicted_ms == pytest.approx(want.predicted_ms)
         with held(model) as gate:
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
-            await _until(model.entered.is_set)
+            await _entered(model)
             assert not core.decision_load(ds, 3).idle  # busy: the load is read
             gate.set()
             await running
@@ -419,7 +439,7 @@ async def test_decisions_reuse_their_request_and_kept_stream_objects(
         assert math.isnan(kept.predicted_ms) and kept.meets_slo is None
         with held(toy[1][stream]) as gate:  # the stream runs on that variant: it is kept
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=stream))
-            await _until(toy[1][stream].entered.is_set)
+            await _entered(toy[1][stream])
             core._gen.current[ds.name] = stream
             assert core.select(ds, 1, tolerance=50.0)[1] is kept
             gate.set()

@@ -1,4 +1,5 @@
-"""The real server: ``gnnaas serve`` under uvicorn in a subprocess, on a free loopback port."""
+"""The real server: ``gnnaas serve`` under uvicorn in a subprocess, on a free loopback port
+(its start-up, serving, SIGHUP reload and shutdown)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from serving_fakes import write_tiny_repository
+from serving_fakes import TINY_VARIANTS, write_tiny_repository
 
 HOST = "127.0.0.1"
 
@@ -143,3 +145,52 @@ def test_real_server_serves_and_stops_cleanly(server: Any) -> None:
     ]
     found = [text.find(phase) for phase in phases]
     assert -1 not in found and found == sorted(found), (found, text)
+
+
+def test_real_server_reloads_on_sighup(small_store: Any, tmp_path: Path) -> None:
+    token = "s3cret-admin-token"
+    variants_dir, profiles_dir = write_tiny_repository(tmp_path, small_store)
+    port = _free_port()
+    log = tmp_path / "server.log"
+    cmd = [
+        sys.executable, "-m", "gnnaas.cli", "serve", "--variants", str(variants_dir),
+        "--profiles", str(profiles_dir), "--host", HOST, "--port", str(port),
+        "--device", "cpu", "--dataset", small_store.name,
+    ]  # fmt: skip
+    env = {**os.environ, "GNNAAS_TORCH_THREADS": "1", "GNNAAS_ADMIN_TOKEN": token}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def wait_for(cond: Callable[[], bool], what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited early:\n{log.read_text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} not seen in {timeout_s} s:\n{log.read_text()}")
+            time.sleep(0.1)  # polling another process: there is no event to wait on
+
+    def ready() -> bool:
+        try:
+            return client.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=10) as client:
+            wait_for(ready, "readiness", 90)
+            extra = {**TINY_VARIANTS, "sage-greedy-2x": (2, 75.0, (3.0, 6.0, 20.0, 70.0))}
+            write_tiny_repository(tmp_path, small_store, extra)
+            proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "reload (SIGHUP) done: generation 2" in log.read_text(), "reload", 60)
+            url = f"/v1/datasets/{small_store.name}/predict"
+            pinned = client.post(url, json={"nodes": [0]}, headers={"X-Variant": "sage-greedy-2x"})
+            assert pinned.status_code == 200, pinned.text
+            auth = {"Authorization": f"Bearer {token}"}
+            assert client.post("/v1/admin/reload", headers=auth).json()["generation"] == 3
+        assert _stop(proc) == 0  # SIGINT still shuts down gracefully
+    finally:
+        _stop(proc)
+    text = log.read_text()
+    assert "variant synth-small/sage-greedy-2x added" in text
+    assert "Application shutdown complete" in text and "Traceback" not in text

@@ -1,15 +1,17 @@
 """Dynamic batching: concurrent requests for one variant merge into one forward pass.
 
-One :class:`Batcher` per variant. Requests go into an :class:`asyncio.Queue`; a loop task takes
-the first one and keeps collecting until the batch holds ``max_batch_size`` nodes or ``max_wait_s``
-has passed since that first request was enqueued (a deadline on the event loop's clock). Only
-then does it ask for the device ``gate`` shared with the other variants' batchers, so a batch that
-waits for batch-mates never keeps another variant's full batch off the device. While it waits for
-the gate, requests that arrive still join it (up to ``max_batch_size``, without waiting any
-longer); then it runs the blocking handler in a worker thread and fans the results back to the
-callers' futures. One batch per variant is in flight at a time, so requests that arrive while a
-batch runs wait and merge into the next one; with ``max_wait_s=0`` batching adds no latency when
-the variant is idle.
+One :class:`Batcher` per variant. What the next batch holds is decided by a pure step,
+:meth:`~gnnaas.serving.core.planner.BatchPlanner.plan` (the rules are in
+:mod:`gnnaas.serving.core.planner`); the batcher only drives it on the event loop: at each
+wake-up it reads the time on its :class:`~gnnaas.serving.core.clock.Clock` and does what the plan
+says. The first request of a batch waits for others until the batch holds ``max_batch_size``
+nodes or ``max_wait_s`` has passed since it was queued. Only then does the batcher ask for the
+device ``gate`` shared with the other variants' batchers, so a batch that waits for batch-mates
+never keeps another variant's full batch off the device. While it waits for the gate, requests
+that arrive still join it (up to ``max_batch_size``, without waiting any longer); then it runs the
+blocking handler in a worker thread and fans the results back to the callers' futures. One batch
+per variant is in flight at a time, so requests that arrive while a batch runs wait and merge into
+the next one; with ``max_wait_s=0`` batching adds no latency when the variant is idle.
 
 The queue is bounded in nodes: a request that does not fit raises
 :class:`~gnnaas.errors.OverloadedError` at once. Callers that give up (cancelled futures) are
@@ -24,12 +26,18 @@ requests may fill only half of the queue (:data:`QUEUE_SHARES`), and a request t
 makes room by evicting queued requests of lower priorities, low ones first, newest first (they get
 :class:`~gnnaas.errors.OverloadedError`): low sheds first, then normal, and high keeps its place.
 
-**Deadlines.** A request may carry an absolute deadline (``time.monotonic()``). It is never
+**Deadlines.** A request may carry an absolute deadline (on the batcher's clock). It is never
 computed after it: one whose deadline has passed when its batch forms is dropped before compute
 with :class:`~gnnaas.errors.DeadlineExceeded`, and the batch runs without it. With
 ``predict_s`` (the predicted batch time) a formed batch is fitted to its deadlines by priority
 (:func:`~gnnaas.serving.core.deadlines.fit_batch`); a member left out goes back to the head of
 its queue for the next batch.
+
+**Time.** Every time the batcher reads (a request's queueing, aging, deadlines, a batch's start
+and its measured duration, the handler's own time) and every wait it makes (for batch-mates, for
+the drain in :meth:`Batcher.stop`) is on its one ``clock``: a server's is ``time.monotonic()``; a
+test's is a :class:`~gnnaas.serving.core.clock.FakeClock`, whose handler "takes" the time it
+advances the clock by.
 
 Example:
     >>> async def main() -> list[int]:
@@ -47,14 +55,14 @@ import contextlib
 import logging
 import math
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
-from gnnaas.serving.core.deadlines import fit_batch
-from gnnaas.serving.core.queues import PRIORITIES, QUEUE_SHARES, RANK, PriorityQueues
+from gnnaas.serving.core.clock import MONOTONIC, Clock
+from gnnaas.serving.core.planner import BatchPlanner
+from gnnaas.serving.core.queues import PRIORITIES, QUEUE_SHARES, RANK
 
 __all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
 
@@ -88,10 +96,12 @@ class BatchStats:
     Args:
         batch_size (int): nodes in the batch.
         num_requests (int): requests merged into it.
-        duration_s (float): wall time of the batch on the event loop (thread hand-off included).
+        duration_s (float): time of the batch on the event loop (thread hand-off included), on
+            the batcher's clock.
         error (BaseException | None): what the handler raised, if anything.
-        handler_s (float, optional): wall time of the handler call itself, measured in the worker
-            thread: the work the profiled service curve predicts. (default: ``nan``)
+        handler_s (float, optional): time of the handler call itself, on the batcher's clock,
+            measured in the thread that runs it: the work the profiled service curve predicts.
+            (default: ``nan``)
     """
 
     batch_size: int
@@ -106,13 +116,14 @@ class _Pending(Generic[T, R]):
     item: T
     size: int
     future: asyncio.Future[Batched[R]]
-    enqueued_at: float  # time.monotonic(), for the reported queue time
-    deadline: float  # loop.time() by which its batch stops waiting for batch-mates
+    enqueued_at: float  # on the batcher's clock: the queue time, aging, the wait for batch-mates
     rank: int = 1  # index in PRIORITIES
-    expires: float | None = None  # time.monotonic() after which it is never computed
+    expires: float | None = None  # on the batcher's clock: never computed after it
 
-
-_STOP = object()
+    @property
+    def gone(self) -> bool:
+        """Its caller gave up (or it was answered: evicted, expired)."""
+        return self.future.done()
 
 
 class Batcher(Generic[T, R]):
@@ -147,6 +158,9 @@ class Batcher(Generic[T, R]):
         predict_s (Callable[[int], float], optional): the predicted time (s) of a batch of that
             many nodes: a batch is fitted to its deadlines with it (module docstring).
             (default: ``None``: only passed deadlines are dropped)
+        clock (Clock, optional): what every time read and every wait is on (module docstring);
+            ``expires`` of :meth:`submit` and :attr:`in_flight_since` are on it.
+            (default: :data:`~gnnaas.serving.core.clock.MONOTONIC`)
     """
 
     def __init__(
@@ -164,6 +178,7 @@ class Batcher(Generic[T, R]):
         inline_max_size: int = 0,
         aging_s: float = 0.1,
         predict_s: Callable[[int], float] | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
@@ -174,13 +189,10 @@ class Batcher(Generic[T, R]):
         if not aging_s >= 0:
             raise ValueError(f"Batcher aging_s must be >= 0 (got {aging_s})")
         self.name = name
-        self.max_batch_size = max_batch_size
-        self.max_wait_s = max_wait_s
         self.max_queue_size = max_queue_size
         self.retry_after_s = retry_after_s
         self.inline_max_size = inline_max_size
-        self.aging_s = aging_s
-        self._predict_s = predict_s
+        self.clock = clock
         self._handler = handler
         self._on_batch = on_batch
         self._gate = gate
@@ -188,11 +200,16 @@ class Batcher(Generic[T, R]):
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"gnnaas-{name}"
         )
-        self._queues: PriorityQueues[_Pending[T, R]] = PriorityQueues(max_queue_size)
+        self._planner: BatchPlanner[_Pending[T, R]] = BatchPlanner(
+            max_batch_size=max_batch_size,
+            max_wait_s=max_wait_s,
+            max_queue_size=max_queue_size,
+            aging_s=aging_s,
+            predict_s=predict_s,
+        )
+        self._queues = self._planner.queues
         self._ready = asyncio.Event()  # set when an entry (or the stop) arrives
         self._stop_requested = False
-        self._carry: _Pending[T, R] | None = None
-        self._forming: list[_Pending[T, R]] = []  # the open batch, until it starts running
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._in_flight_nodes = 0
@@ -203,6 +220,21 @@ class Batcher(Generic[T, R]):
             f"{type(self).__name__}({self.name!r}, max_batch_size={self.max_batch_size}, "
             f"max_wait_s={self.max_wait_s}, max_queue_size={self.max_queue_size})"
         )
+
+    @property
+    def max_batch_size(self) -> int:
+        """Most nodes per batch."""
+        return self._planner.max_batch_size
+
+    @property
+    def max_wait_s(self) -> float:
+        """How long the first request of a batch waits for others."""
+        return self._planner.max_wait_s
+
+    @property
+    def aging_s(self) -> float:
+        """How long a request waits before it competes as ``high``."""
+        return self._planner.aging_s
 
     # -- load, read by the router's load snapshot ------------------------------------------------
 
@@ -228,7 +260,7 @@ class Batcher(Generic[T, R]):
 
     @property
     def in_flight_since(self) -> float | None:
-        """``time.monotonic()`` when the running batch started, ``None`` when idle."""
+        """When the running batch started (on :attr:`clock`), ``None`` when idle."""
         return self._in_flight_since
 
     @property
@@ -280,7 +312,8 @@ class Batcher(Generic[T, R]):
             )
 
     async def stop(self, timeout_s: float = 30.0) -> None:
-        """Refuses new requests, serves those accepted, then stops (bounded by ``timeout_s``).
+        """Refuses new requests, serves those accepted, then stops (bounded by ``timeout_s`` on
+        :attr:`clock`).
 
         Requests still waiting after ``timeout_s`` fail with :class:`OverloadedError`.
         """
@@ -292,7 +325,8 @@ class Batcher(Generic[T, R]):
                 self._stop_requested = True
                 self._ready.set()
                 try:
-                    await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+                    async with self.clock.timeout(timeout_s):
+                        await asyncio.shield(self._task)
                 except TimeoutError:
                     _log.warning("batcher %s: drain timed out after %.1f s", self.name, timeout_s)
                     self._task.cancel()
@@ -318,13 +352,30 @@ class Batcher(Generic[T, R]):
             item (T): what the handler serves.
             size (int): its nodes.
             priority (str, optional): one of :data:`PRIORITIES`. (default: ``"normal"``)
-            expires (float, optional): ``time.monotonic()`` after which it must not be
+            expires (float, optional): the time (on :attr:`clock`) after which it must not be
                 computed. (default: ``None``: no deadline)
 
         Raises:
             OverloadedError: the queue cannot take ``size`` more nodes of ``priority`` (nor by
                 evicting lower priorities), or the batcher is stopping.
             DeadlineExceeded: its deadline passed (or its batch would pass it) before it ran.
+        """
+        # A caller that is cancelled cancels the future; the batch then skips it.
+        return await self.enqueue(item, size, priority=priority, expires=expires)
+
+    def enqueue(
+        self,
+        item: T,
+        size: int,
+        *,
+        priority: str = "normal",
+        expires: float | None = None,
+    ) -> asyncio.Future[Batched[R]]:
+        """:meth:`submit` without the wait: queues ``item`` now (on the event loop's thread) and
+        returns the future of its result; cancelling the future withdraws the request.
+
+        Raises:
+            OverloadedError: as :meth:`submit`, at once.
         """
         if self._closed:
             raise OverloadedError(
@@ -347,15 +398,10 @@ class Batcher(Generic[T, R]):
                 )
             self._evict_below(rank, size)
         self.start()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Batched[R]] = loop.create_future()
-        now = time.monotonic()
-        self._queues.push(
-            _Pending(item, size, future, now, loop.time() + self.max_wait_s, rank, expires)
-        )
+        future: asyncio.Future[Batched[R]] = asyncio.get_running_loop().create_future()
+        self._planner.push(_Pending(item, size, future, self.clock.now(), rank, expires))
         self._ready.set()
-        # A caller that is cancelled cancels `future`; the loop then skips it.
-        return await future
+        return future
 
     def _evict_below(self, rank: int, size: int) -> None:
         """Sheds queued requests of lower priority than ``rank``, newest first, until ``size``
@@ -370,144 +416,64 @@ class Batcher(Generic[T, R]):
                     )
                 )
 
-    # -- loop ------------------------------------------------------------------------------------
-
-    def _dequeued(self, pending: _Pending[T, R]) -> None:
-        self._queues.removed(pending)
-
-    def _pop(self) -> _Pending[T, R] | None:
-        """The next entry by priority (an entry older than ``aging_s`` counts as high), then
-        arrival; ``None`` when nothing waits."""
-        return self._queues.pop(time.monotonic() - self.aging_s)
-
-    def _expire(self, pending: _Pending[T, R], now: float, why: str) -> None:
-        self._dequeued(pending)
-        if not pending.future.done():
-            waited_ms = (now - pending.enqueued_at) * 1e3
-            pending.future.set_exception(
-                DeadlineExceeded(
-                    f"the request's deadline {why} after {waited_ms:.1f} ms in the queue of "
-                    f"variant {self.name}; it was not computed (retry with a longer X-Deadline-Ms "
-                    "or when the load is lower)"
-                )
-            )
-
-    async def _next(self, deadline: float | None) -> _Pending[T, R] | object | None:
-        """The next live entry (or ``_STOP``); ``None`` once ``deadline`` (loop time) passes.
-
-        ``deadline=None`` waits for ever; a passed deadline takes only what is queued now.
-        Entries whose own deadline has passed are failed here and skipped.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            entry = self._pop()
-            if entry is None:
-                if self._stop_requested:
-                    return _STOP
-                self._ready.clear()
-                if deadline is None:
-                    await self._ready.wait()
-                    continue
-                if deadline <= loop.time():
-                    return None
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await self._ready.wait()
-                except TimeoutError:
-                    return None
-                continue
-            if entry.future.done():
-                self._dequeued(entry)  # its caller gave up
-                continue
-            if entry.expires is not None:
-                now = time.monotonic()
-                if now > entry.expires:
-                    self._expire(entry, now, "passed")
-                    continue
-            return entry
-
-    async def _first(self) -> _Pending[T, R] | None:
-        """The first live entry of the next batch; ``None`` on the stop marker."""
-        first = self._carry
-        self._carry = None
-        if first is not None and first.future.done():
-            self._dequeued(first)
-            first = None
-        if first is None:
-            entry = await self._next(None)
-            if not isinstance(entry, _Pending):
-                return None
-            first = entry
-        return first
-
-    async def _fill(self, batch: list[_Pending[T, R]], deadline: float) -> bool:
-        """Adds entries to ``batch`` until it is full or ``deadline`` (loop time) passes.
-
-        Returns whether the stop marker was seen (the batch is then closed).
-        """
-        size = sum(p.size for p in batch)
-        while size < self.max_batch_size and self._carry is None:
-            entry = await self._next(deadline)
-            if entry is None:
-                break
-            if not isinstance(entry, _Pending):
-                return True
-            if size + entry.size > self.max_batch_size:
-                self._carry = entry  # starts the next batch
-                break
-            batch.append(entry)
-            size += entry.size
-        return False
+    # -- the loop: drives the planner's step -----------------------------------------------------
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        stopping = False
-        # after a stop, also what a fitted batch put back is still served
-        while not stopping or self._carry is not None or self._queues.requests:
-            first = await self._first()
-            if first is None:
-                stopping = True
+        planner, clock = self._planner, self.clock
+        now = clock.now()
+        while True:
+            plan = planner.plan(now, stopping=self._stop_requested)
+            self._fail_expired(plan.expired, now)
+            if not plan.ready:
+                if plan.idle and self._stop_requested:
+                    return  # after a stop, what a fitted batch put back was still served
+                until = plan.wait_until
+                timed_out = await self._wait(until)
+                now = clock.now()
+                if timed_out and until is not None and now < until:
+                    # The event loop's timer fired a little before the clock reads `until`
+                    # (uvloop's count whole milliseconds): its firing is the clock's word that
+                    # the time has come, or the step would only ask to wait a moment more.
+                    now = until
                 continue
-            batch = self._forming = [first]
-            # Wait for batch-mates without the gate: another variant's batch may run meanwhile.
-            stop_seen = await self._fill(batch, first.deadline)
+            # The batch waited for batch-mates without the gate: another variant's batch may
+            # have run meanwhile. What arrived while the gate was busy joins now.
             async with self._gate or contextlib.nullcontext():
-                # What arrived while the gate was busy joins now, with no further waiting.
-                if not stop_seen:
-                    stop_seen = await self._fill(batch, -math.inf)
-                # Callers that gave up while the batch waited (cancelled) free their nodes;
-                # requests whose deadline the batch cannot meet are not computed.
-                live = [p for p in batch if not p.future.done()]
-                for p in batch:
-                    if p.future.done():
-                        self._dequeued(p)
-                live = self._within_deadlines(live)
-                if live:
-                    await self._execute(loop, live)
-                else:
-                    self._forming = []
-            stopping = stopping or stop_seen
+                now = clock.now()
+                plan = planner.plan(now, closing=True)
+                self._fail_expired(plan.expired, now)
+                if plan.run:
+                    await self._execute(loop, plan.run)
+            now = clock.now()
 
-    def _within_deadlines(self, batch: list[_Pending[T, R]]) -> list[_Pending[T, R]]:
-        """``batch`` fitted to its members' deadlines (:func:`fit_batch`): those it drops fail
-        with :class:`DeadlineExceeded`, those it leaves out go back to the head of their queue."""
-        if all(p.expires is None for p in batch):
-            return batch
-        now = time.monotonic()
-        predict = self._predict_s or (lambda nodes: 0.0)
-        kept, back, dropped = fit_batch(batch, now, predict, now - self.aging_s)
-        for p, why in dropped:
-            self._expire(p, now, why)
-        self._queues.put_back(back)
-        return kept
+    async def _wait(self, until: float | None) -> bool:
+        """Until an entry (or the stop) arrives, or :attr:`clock` reaches ``until``; returns
+        whether the time ran out."""
+        self._ready.clear()  # the step just took what had arrived
+        try:
+            async with self.clock.timeout_at(until):
+                await self._ready.wait()
+        except TimeoutError:
+            return True
+        return False
+
+    def _fail_expired(self, expired: list[tuple[_Pending[T, R], str]], now: float) -> None:
+        for pending, why in expired:
+            if not pending.future.done():
+                waited_ms = (now - pending.enqueued_at) * 1e3
+                pending.future.set_exception(
+                    DeadlineExceeded(
+                        f"the request's deadline {why} after {waited_ms:.1f} ms in the queue of "
+                        f"variant {self.name}; it was not computed (retry with a longer "
+                        "X-Deadline-Ms or when the load is lower)"
+                    )
+                )
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:
-        self._forming = []
-        size = 0
-        for p in batch:
-            self._dequeued(p)
-            size += p.size
-        started = time.monotonic()
+        size = sum(p.size for p in batch)
+        clock = self.clock
+        started = clock.now()
         self._in_flight_nodes, self._in_flight_since = size, started
         error: BaseException | None = None
         results: Sequence[R] = ()
@@ -515,11 +481,11 @@ class Batcher(Generic[T, R]):
         handler = self._handler
 
         def timed(items: list[T]) -> Sequence[R]:
-            start = time.perf_counter()
+            start = clock.now()
             try:
                 return handler(items)
             finally:
-                handler_s[0] = time.perf_counter() - start
+                handler_s[0] = clock.now() - start
 
         try:
             items = [p.item for p in batch]
@@ -541,7 +507,7 @@ class Batcher(Generic[T, R]):
             error = exc
         finally:
             self._in_flight_nodes, self._in_flight_since = 0, None
-        duration = time.monotonic() - started
+        duration = clock.now() - started
         for i, p in enumerate(batch):
             if p.future.done():  # cancelled while running
                 continue
@@ -558,10 +524,6 @@ class Batcher(Generic[T, R]):
                 _log.exception("batcher %s: on_batch callback failed", self.name)
 
     def _fail_waiting(self, error: BaseException) -> None:
-        waiting = [*self._forming, *([self._carry] if self._carry is not None else [])]
-        self._carry, self._forming = None, []
-        waiting.extend(self._queues.clear())
-        for p in waiting:
-            self._dequeued(p)
+        for p in self._planner.clear():
             if not p.future.done():
                 p.future.set_exception(error)

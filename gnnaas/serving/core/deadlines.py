@@ -2,9 +2,9 @@
 
 The rules of docs/architecture.md §6 that depend on a request's deadline, apart from the
 machinery that applies them: :class:`~gnnaas.serving.core.router.Router` calls :func:`admit`
-before it queues a request with ``X-Deadline-Ms``, and
-:class:`~gnnaas.serving.core.batcher.Batcher` calls :func:`fit_batch` on every batch that holds
-a deadline, then fails or puts back what it left out.
+before it queues a request with ``X-Deadline-Ms``, and the batcher's step
+(:meth:`~gnnaas.serving.core.planner.BatchPlanner.plan`) calls :func:`fit_batch` on every batch
+that holds a deadline, then fails or puts back what it left out.
 
 The slack of a request (its deadline left minus its own predicted service) is shared by
 priority (:data:`SLACK_SHARES`): a normal or low request is refused at admission while its
@@ -41,7 +41,7 @@ admitted alike."""
 class Timed(Entry, Protocol):
     """A waiting request as :func:`fit_batch` sees it."""
 
-    expires: float | None  # time.monotonic() after which it is never computed
+    expires: float | None  # never computed after this time (on the batcher's clock)
 
 
 P = TypeVar("P", bound=Timed)
@@ -115,7 +115,8 @@ def fit_batch(
     predict_s: Callable[[int], float],
     aged_before: float,
 ) -> tuple[list[P], list[P], list[tuple[P, str]]]:
-    """``batch`` fitted to its members' deadlines at ``now`` (``time.monotonic()``).
+    """``batch`` fitted to its members' deadlines at ``now`` (on the clock of their queueing
+    times and deadlines).
 
     Members are taken in priority order (one queued before ``aged_before`` as ``high``), then
     arrival. The first runs unless it would miss its deadline even alone; each later one joins

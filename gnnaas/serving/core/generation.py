@@ -22,6 +22,7 @@ import torch
 
 from gnnaas.inference.executor import ExecRequest
 from gnnaas.policy import DecisionTable
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.lane import Handler, Lane
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
@@ -96,6 +97,7 @@ async def build_generation(
     slowdown: Slowdown,
     gate: asyncio.Semaphore | None,
     serving: bool,
+    clock: Clock = MONOTONIC,
 ) -> Generation:
     """The generation of ``registry`` (batchers not started), warmed up and re-timed.
 
@@ -114,7 +116,7 @@ async def build_generation(
                     exc.add_note(f"while building variant {ds.name}/{v.variant_id}")
                     raise
                 lanes[(ds.name, v.variant_id)] = Lane(
-                    ds, v, handler, settings, metrics, slowdown=slowdown, gate=gate
+                    ds, v, handler, settings, metrics, slowdown=slowdown, gate=gate, clock=clock
                 )
         if settings.warmup:
             await _warm_up(lanes, gate)

@@ -16,6 +16,7 @@ from typing import Any
 
 from gnnaas.inference.executor import ExecRequest, ExecResult
 from gnnaas.serving.core.batcher import Batcher, BatchStats
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.drift import DriftRecord
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant
@@ -46,6 +47,8 @@ class Lane:
         slowdown (Slowdown): the device's, shared by its lanes.
         gate (asyncio.Semaphore, optional): the device gate shared by every lane.
             (default: ``None``)
+        clock (Clock, optional): the router's, which its batcher runs on.
+            (default: :data:`~gnnaas.serving.core.clock.MONOTONIC`)
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class Lane:
         *,
         slowdown: Slowdown,
         gate: asyncio.Semaphore | None = None,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.dataset = dataset
         self.variant = variant
@@ -77,6 +81,7 @@ class Lane:
             gate=gate,
             inline_max_size=settings.inline_max_nodes,
             predict_s=self._predict_s,
+            clock=clock,
         )
 
     def __repr__(self) -> str:

@@ -31,7 +31,7 @@ class Entry(Protocol):
 
     size: int  # its nodes
     rank: int  # its priority's rank
-    enqueued_at: float  # time.monotonic() when it was queued
+    enqueued_at: float  # when it was queued, on the batcher's clock
 
 
 E = TypeVar("E", bound=Entry)

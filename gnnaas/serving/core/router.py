@@ -37,8 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +55,7 @@ from gnnaas.policy import (
     Selection,
     VariantLoad,
 )
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.deadlines import admit, late_answer
 from gnnaas.serving.core.generation import (
     ExecutorFactory,
@@ -121,8 +121,9 @@ class Router:
             (default: ``None``)
         executor_factory (ExecutorFactory, optional): builds each variant's batch handler; by
             default the runtime's executor on ``registry.device``. (default: ``None``)
-        clock (Callable[[], float], optional): monotonic seconds; the time of every decision,
-            deadline and running batch. (default: :func:`time.monotonic`)
+        clock (Clock, optional): the time of every decision, deadline and batch (its batchers
+            run on it; ``arrived`` of :meth:`predict` is read on it). (default:
+            :data:`~gnnaas.serving.core.clock.MONOTONIC`)
     """
 
     def __init__(
@@ -132,7 +133,7 @@ class Router:
         *,
         metrics: ServingMetrics | None = None,
         executor_factory: ExecutorFactory | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServingMetrics()
@@ -262,6 +263,7 @@ class Router:
             slowdown=self.slowdown,
             gate=self._gate,
             serving=self.started,
+            clock=self.clock,
         )
 
     def _go_live(self, gen: Generation) -> None:
@@ -317,7 +319,7 @@ class Router:
         whatever the number of variants); the slowdowns are the device's at the size of the
         batch the stream and the request make.
         """
-        now = self.clock() if now is None else now
+        now = self.clock.now() if now is None else now
         cap = self.settings.max_batch_nodes
         current = self._gen.current.get(dataset.name)
         slowdown = self.slowdown
@@ -371,7 +373,7 @@ class Router:
         """The load of every variant of ``dataset`` now, with each one's predicted wait (what
         ``GET /v1/datasets/{dataset}/variants`` shows; a decision reads the same measurement,
         restricted to the lanes with work)."""
-        now = self.clock()
+        now = self.clock.now()
         base = self.decision_load(dataset, 0, "low", now)
         size = min(base.stream_nodes, self.settings.max_batch_nodes)
         loads = {}
@@ -446,7 +448,7 @@ class Router:
                 )
             return variant, None
         table = self._table(dataset)
-        now = self.clock() if now is None else now
+        now = self.clock.now() if now is None else now
         if slo_ms is None and deadline_ms is None:
             request = table.request(num_nodes, tolerance)
         else:
@@ -502,7 +504,7 @@ class Router:
             DeadlineExceeded: its deadline passed (or would have in its batch) before it ran,
                 or its answer was ready only after it (discarded).
         """
-        num_nodes, now = len(nodes), self.clock()
+        num_nodes, now = len(nodes), self.clock.now()
         expires = left_ms = None
         if deadline_ms is not None:
             expires = (now if arrived is None else arrived) + deadline_ms / 1e3
@@ -543,7 +545,7 @@ class Router:
             self.metrics.admitted(dataset.name, priority, shed)
             raise
         if expires is not None and deadline_ms is not None:  # set together
-            over_ms = (self.clock() - expires) * 1e3
+            over_ms = (self.clock.now() - expires) * 1e3
             if over_ms > 0:  # a late answer is worth nothing
                 self.metrics.admitted(dataset.name, priority, "late")
                 raise late_answer(

@@ -22,7 +22,8 @@ at once with ``"metrics"`` when a scrape needs them. A scrape of ``/metrics`` th
 every replica, waits at most ``scrape_wait_s`` for their texts, and merges them: metrics cost
 nothing between scrapes, and each scrape costs one render per replica and one merge here. A
 replica that stops calling (killed) is forgotten after ``poll_s + grace_s``; its counters stay in
-the totals.
+the totals. Every one of these times is on the catalog's :class:`~gnnaas.serving.core.clock.Clock`
+(a :class:`~gnnaas.serving.core.clock.FakeClock` in tests).
 
 This module is free of Ray: the Serve deployments that carry the calls are in
 :mod:`gnnaas.serving.deploy.ray`.
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +47,7 @@ from prometheus_client.registry import Collector
 
 import gnnaas
 from gnnaas.errors import OverloadedError
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.metrics import CONTENT_TYPE, ServingMetrics
 from gnnaas.serving.core.router import NotFoundError, Router
 from gnnaas.serving.core.settings import Settings
@@ -231,6 +232,8 @@ class Catalog:
             (default: ``5``)
         scrape_wait_s (float, optional): how long a scrape waits for the replicas' metrics
             (then it uses the latest they sent). (default: ``2``)
+        clock (Clock, optional): what these times are on.
+            (default: :data:`~gnnaas.serving.core.clock.MONOTONIC`)
 
     Raises:
         ValueError: no application, or a dataset in two of them.
@@ -244,6 +247,7 @@ class Catalog:
         poll_s: float = 20.0,
         grace_s: float = 5.0,
         scrape_wait_s: float = 2.0,
+        clock: Clock = MONOTONIC,
     ) -> None:
         self.apps = {app: list(names) for app, names in apps.items()}
         self.datasets = [name for names in self.apps.values() for name in names]
@@ -253,6 +257,7 @@ class Catalog:
             raise ValueError(f"Catalog: a dataset is in two applications ({self.apps})")
         self.metrics = metrics or ServingMetrics()
         self.poll_s, self.grace_s, self.scrape_wait_s = poll_s, grace_s, scrape_wait_s
+        self.clock = clock
         self._replicas: dict[str, _Replica] = {}
         self._retired = b""  # counters of replicas gone, summed
         self._stopped: set[str] = set()  # replicas that said they stop (ids are never reused)
@@ -285,18 +290,18 @@ class Catalog:
             return "stop"
         if entry.asked < self._wanted:
             entry.asked = self._wanted
-            entry.expires = time.monotonic() + self.grace_s
+            entry.expires = self.clock.now() + self.grace_s
             return "metrics"
         scrape = self._scrape
         entry.pending += 1
         try:
-            async with asyncio.timeout(self.poll_s):
+            async with self.clock.timeout(self.poll_s):
                 await scrape.wait()
         except TimeoutError:
             return "idle"
         finally:
             entry.pending -= 1
-            entry.expires = time.monotonic() + self.grace_s
+            entry.expires = self.clock.now() + self.grace_s
         entry.asked = self._wanted
         return "metrics"
 
@@ -311,7 +316,7 @@ class Catalog:
             )
 
     def _live(self) -> list[_Replica]:
-        now = time.monotonic()
+        now = self.clock.now()
         for replica in [r for r, e in self._replicas.items() if not e.live(now)]:
             self._retire(replica)
         return list(self._replicas.values())
@@ -373,14 +378,13 @@ class Catalog:
         wanted = self._wanted
         self._scrape.set()
         self._scrape = asyncio.Event()
-        deadline = time.monotonic() + self.scrape_wait_s
+        deadline = self.clock.now() + self.scrape_wait_s
         async with self._arrived:
             while any(e.answered < wanted for e in self._live()):
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if self.clock.now() >= deadline:
                     break
                 try:
-                    async with asyncio.timeout(left):
+                    async with self.clock.timeout_at(deadline):
                         await self._arrived.wait()
                 except TimeoutError:
                     break

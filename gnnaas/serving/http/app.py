@@ -60,6 +60,7 @@ from fastapi_offline import FastAPIOffline
 
 import gnnaas
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.generation import ExecutorFactory
 from gnnaas.serving.core.metrics import PUBLISH_INTERVAL_S, ServingMetrics
 from gnnaas.serving.core.registry import VariantRegistry
@@ -199,6 +200,7 @@ def create_app(
     executor_factory: ExecutorFactory | None = None,
     loader: RegistryLoader | None = None,
     reload_on_sighup: bool = False,
+    clock: Clock = MONOTONIC,
 ) -> FastAPI:
     """Builds the router app.
 
@@ -215,6 +217,9 @@ def create_app(
             (default: ``None``)
         reload_on_sighup (bool, optional): reload on ``SIGHUP`` while the app runs; needs the
             lifespan to run in the main thread (``gnnaas serve`` sets it). (default: ``False``)
+        clock (Clock, optional): the router's clock (tests: a
+            :class:`~gnnaas.serving.core.clock.FakeClock`). (default:
+            :data:`~gnnaas.serving.core.clock.MONOTONIC`)
 
     Returns:
         FastAPI: the app; its lifespan starts the batchers and drains them on shutdown.
@@ -229,7 +234,9 @@ def create_app(
     if registry is None:
         registry = VariantRegistry.load(settings)
     metrics = ServingMetrics()
-    core = Router(registry, settings, metrics=metrics, executor_factory=executor_factory)
+    core = Router(
+        registry, settings, metrics=metrics, executor_factory=executor_factory, clock=clock
+    )
     if loader is None:
 
         def loader() -> VariantRegistry:
@@ -277,6 +284,7 @@ def create_app(
         max_bytes=settings.max_body_bytes,
         metrics=metrics,
         state=app.state,
+        clock=clock,
     )
     _register_handlers(app, metrics)
     app.include_router(predict.router, prefix="/v1")

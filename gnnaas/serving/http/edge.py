@@ -16,12 +16,12 @@ import json
 import logging
 import os
 import re
-import time
 from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.http.fastlane import try_predict
 from gnnaas.serving.http.requests import REQUEST_ID_KEY, START_KEY
@@ -50,10 +50,20 @@ class Edge:
         metrics (ServingMetrics): counts the refusals.
         state (Any): the app's state, whose ``router`` serves well-formed predict requests in
             the fast lane (:mod:`gnnaas.serving.http.fastlane`); the others go on to ``app``.
+        clock (Clock, optional): the router's, which the arrival time (``START_KEY``) is read
+            on. (default: :data:`~gnnaas.serving.core.clock.MONOTONIC`)
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, metrics: ServingMetrics, state: Any) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        metrics: ServingMetrics,
+        state: Any,
+        clock: Clock = MONOTONIC,
+    ) -> None:
         self.app = app
+        self.clock = clock
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.state = state
@@ -112,7 +122,7 @@ class Edge:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scope[START_KEY] = time.perf_counter()
+        scope[START_KEY] = self.clock.now()
         request_id = scope[REQUEST_ID_KEY] = self._request_id(scope)
         started = finished = False
 

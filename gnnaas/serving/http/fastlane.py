@@ -18,8 +18,6 @@ has no switch. ``tests/serving/test_fastlane.py`` sends the same requests, answe
 
 from __future__ import annotations
 
-import time
-
 import orjson
 from starlette.types import Scope, Send
 
@@ -115,7 +113,9 @@ async def try_predict(core: Router, scope: Scope, body: bytes, send: Send) -> bo
     if parsed is None:
         return False
     nodes, output = parsed
-    start = scope.get(START_KEY) or time.perf_counter()
+    start = scope.get(START_KEY)
+    if start is None:
+        start = core.clock.now()
     try:
         asked = read_headers(headers.get)
         check_nodes(

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 START_KEY = "gnnaas.start"
-"""ASGI scope key holding ``time.perf_counter()`` when the request arrived (set by the edge)."""
+"""ASGI scope key holding when the request arrived, on the router's clock (set by the edge)."""
 
 REQUEST_ID_KEY = "gnnaas.request_id"
 """ASGI scope key holding the request's id, also sent as ``X-Request-Id`` (set by the edge)."""
