@@ -459,29 +459,9 @@ class DecisionTable:
     ) -> Selection:
         """The choice that reads the load: predicted completions, then the target or the tie
         band (the module docstring)."""
-        admitted, ids = entry.admitted, entry.ids
-        service_ms = self._service(entry, load.stream_nodes + num_nodes, load.max_batch_nodes)
+        ids = entry.ids
         wait = load.ahead_ms if load.ahead_ms > 0.0 else 0.0
-        slowdown, lookup_slowdown = load.slowdown, load.lookup_slowdown
-        # (predicted, candidate) most accurate first; a variant the snapshot does not list is
-        # idle, so only the listed ones (the busy lanes: few) are looked up.
-        scored = [
-            (wait + (lookup_slowdown if lk else slowdown) * t, c)
-            for c, t, lk in zip(admitted, service_ms, entry.lookup, strict=True)
-        ]
-        loads = load.variants
-        if loads:
-            full = []
-            for v, own in loads.items():
-                if v in ids:
-                    i = ids.index(v)
-                    scored[i] = (wait + own.slowdown * service_ms[i], admitted[i])
-                    if own.room_nodes < num_nodes:
-                        full.append(i)
-            # Variants whose queue cannot take the request are left out, unless no queue can
-            # (the choice is then made as if every queue could: it waits or is refused there).
-            if full and len(full) < len(scored):
-                scored = [s for i, s in enumerate(scored) if i not in full]
+        scored = self._scored(entry, num_nodes, wait, load)
         if target is not None:
             for predicted, c in scored:  # most accurate first
                 if predicted <= target:
@@ -500,3 +480,29 @@ class DecisionTable:
         predicted, c = first  # type: ignore[misc]
         meets = None if target is None else False
         return Selection(c.variant_id, predicted, wait, meets, ids)
+
+    def _scored(
+        self, entry: _Admissible, num_nodes: int, wait: float, load: LoadSnapshot
+    ) -> list[tuple[float, Candidate]]:
+        """(predicted completion, candidate), most accurate first, without the variants whose
+        queue has no room for the request (unless no queue has: the choice is then made as if
+        every queue took it, and it waits or is refused there)."""
+        admitted, ids = entry.admitted, entry.ids
+        service_ms = self._service(entry, load.stream_nodes + num_nodes, load.max_batch_nodes)
+        slowdown, lookup_slowdown = load.slowdown, load.lookup_slowdown
+        # A variant the snapshot does not list is idle, so only the listed ones (the busy
+        # lanes: few) are looked up.
+        scored = [
+            (wait + (lookup_slowdown if lk else slowdown) * t, c)
+            for c, t, lk in zip(admitted, service_ms, entry.lookup, strict=True)
+        ]
+        full = []
+        for v, own in load.variants.items():
+            if v in ids:
+                i = ids.index(v)
+                scored[i] = (wait + own.slowdown * service_ms[i], admitted[i])
+                if own.room_nodes < num_nodes:
+                    full.append(i)
+        if full and len(full) < len(scored):
+            scored = [s for i, s in enumerate(scored) if i not in full]
+        return scored

@@ -97,6 +97,24 @@ if _NUMBA_ERROR is None:
         h ^= h >> np.uint64(16)
         return h
 
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _draw(node, key, k, deg, a, chosen):  # pragma: no cover - compiled
+        """The ``k`` of ``deg`` neighbor positions (from ``a``) of ``node`` into ``chosen``:
+        Floyd's sampling without replacement driven by the hash of (node, hop key, i), the
+        draws of the torch path (:mod:`gnnaas.sampling.hashing`)."""
+        mask = np.uint64(_MASK32)
+        golden = np.uint64(_GOLDEN32)
+        base = _fmix32(_fmix32(np.uint64(node) ^ key))
+        for i in range(k):
+            h = _fmix32((np.uint64(i) * golden + base) & mask)
+            j = deg - k + i
+            pos = np.int64((h * np.uint64(j + 1)) >> np.uint64(32))
+            for q in range(i):
+                if chosen[q] == a + pos:
+                    pos = j
+                    break
+            chosen[i] = a + pos
+
     @numba.njit(cache=True, nogil=True)
     def _kernel(
         rowptr, col, over_idx, over_ptr, over_col, seeds, fanouts, keys, node_row, cap
@@ -108,8 +126,6 @@ if _NUMBA_ERROR is None:
         ``over_col[over_ptr[o]:over_ptr[o + 1]]`` instead of the base graph (a live graph's
         changed and new nodes); an empty ``over_idx`` means no overlay."""
         overlay = over_idx.shape[0] > 0
-        mask = np.uint64(_MASK32)
-        golden = np.uint64(_GOLDEN32)
         num_hops = fanouts.shape[0]
         rows = np.empty(cap, np.int64)
         src = np.empty(cap, np.int64)
@@ -136,20 +152,9 @@ if _NUMBA_ERROR is None:
                     a = rowptr[node]
                     deg = rowptr[node + 1] - a
                 full = k < 0 or deg <= k  # every neighbor, positions a .. a + deg - 1
-                if full:
-                    m = deg
-                else:
-                    m = k
-                    base = _fmix32(_fmix32(np.uint64(node) ^ key))
-                    for i in range(k):
-                        h = _fmix32((np.uint64(i) * golden + base) & mask)
-                        j = deg - k + i
-                        pos = np.int64((h * np.uint64(j + 1)) >> np.uint64(32))
-                        for q in range(i):
-                            if chosen[q] == a + pos:
-                                pos = j
-                                break
-                        chosen[i] = a + pos
+                m = deg if full else k
+                if not full:
+                    _draw(node, key, k, deg, a, chosen)
                 if e + m > cap or hi + m > cap:
                     for r in range(start_next, hi):  # leave the map clean for its next user
                         node_row[rows[r]] = -1

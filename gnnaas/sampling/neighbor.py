@@ -100,43 +100,14 @@ class NeighborSampler:
         seed: int = 0,
     ) -> None:
         name = type(self).__name__
-        for arg, t in (("rowptr", rowptr), ("col", col)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{name}: {arg} must be a torch.Tensor (got {type(t).__name__})")
-            if t.dtype != torch.int64:
-                raise TypeError(f"{name}: {arg} must be int64 (got {t.dtype})")
-            if t.dim() != 1:
-                raise ValueError(f"{name}: {arg} must be 1-D (got shape {tuple(t.shape)})")
-        if rowptr.device != col.device:
-            raise ValueError(
-                f"{name}: rowptr and col must be on one device (got {rowptr.device} and "
-                f"{col.device})"
-            )
-        if rowptr.numel() == 0:
-            raise ValueError(f"{name}: rowptr must have num_nodes + 1 >= 1 entries (got 0)")
+        _check_tensors(name, rowptr, col)
         self._fanouts = _check_fanouts(name, fanouts)
         if not isinstance(consistent, bool):
             raise TypeError(f"{name}: consistent must be a bool (got {consistent!r})")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"{name}: seed must be an int (got {seed!r})")
-
-        # One-off checks (a few passes over the graph) so sample() can index without them.
-        deg = rowptr[1:] - rowptr[:-1]  # [N]
+        deg = _checked_degrees(name, rowptr, col)  # [N]
         num_nodes = deg.numel()
-        first, last = int(rowptr[0]), int(rowptr[-1])
-        if first != 0 or last != col.numel():
-            raise ValueError(
-                f"{name}: rowptr must start at 0 and end at col.numel() = {col.numel()} "
-                f"(got {first} and {last})"
-            )
-        if num_nodes and int(deg.min()) < 0:
-            raise ValueError(f"{name}: rowptr must be non-decreasing")
-        if col.numel() and (int(col.min()) < 0 or int(col.max()) >= num_nodes):
-            raise ValueError(f"{name}: col must hold node ids in [0, {num_nodes})")
-        if num_nodes and int(deg.max()) >= 1 << 31:
-            raise ValueError(f"{name}: node degrees must be < 2**31")
-        if num_nodes > 1 << 32:
-            raise ValueError(f"{name}: node ids are hashed as 32-bit ints (got {num_nodes} nodes)")
 
         self.rowptr = rowptr
         self.col = col
@@ -377,6 +348,45 @@ def _relabel(mapping: Tensor, nbr: Tensor, num: int, first: int) -> tuple[Tensor
     ids = torch.arange(num, num + new_nodes.numel(), device=device, dtype=dtype)
     mapping.index_copy_(0, new_nodes, ids)
     return mapping.index_select(0, nbr), new_nodes
+
+
+def _check_tensors(name: str, rowptr: Tensor, col: Tensor) -> None:
+    """The CSR's tensors: 1-D int64, on one device, ``rowptr`` not empty."""
+    for arg, t in (("rowptr", rowptr), ("col", col)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}: {arg} must be a torch.Tensor (got {type(t).__name__})")
+        if t.dtype != torch.int64:
+            raise TypeError(f"{name}: {arg} must be int64 (got {t.dtype})")
+        if t.dim() != 1:
+            raise ValueError(f"{name}: {arg} must be 1-D (got shape {tuple(t.shape)})")
+    if rowptr.device != col.device:
+        raise ValueError(
+            f"{name}: rowptr and col must be on one device (got {rowptr.device} and {col.device})"
+        )
+    if rowptr.numel() == 0:
+        raise ValueError(f"{name}: rowptr must have num_nodes + 1 >= 1 entries (got 0)")
+
+
+def _checked_degrees(name: str, rowptr: Tensor, col: Tensor) -> Tensor:
+    """``[N]`` in-degrees, once the CSR is checked (a few passes over the graph, so that
+    ``sample`` can index without checks)."""
+    deg = rowptr[1:] - rowptr[:-1]  # [N]
+    num_nodes = deg.numel()
+    first, last = int(rowptr[0]), int(rowptr[-1])
+    if first != 0 or last != col.numel():
+        raise ValueError(
+            f"{name}: rowptr must start at 0 and end at col.numel() = {col.numel()} "
+            f"(got {first} and {last})"
+        )
+    if num_nodes and int(deg.min()) < 0:
+        raise ValueError(f"{name}: rowptr must be non-decreasing")
+    if col.numel() and (int(col.min()) < 0 or int(col.max()) >= num_nodes):
+        raise ValueError(f"{name}: col must hold node ids in [0, {num_nodes})")
+    if num_nodes and int(deg.max()) >= 1 << 31:
+        raise ValueError(f"{name}: node degrees must be < 2**31")
+    if num_nodes > 1 << 32:
+        raise ValueError(f"{name}: node ids are hashed as 32-bit ints (got {num_nodes} nodes)")
+    return deg
 
 
 def _check_fanouts(name: str, fanouts: Sequence[int]) -> tuple[int, ...]:

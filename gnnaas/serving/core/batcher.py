@@ -331,7 +331,9 @@ class Batcher(Generic[T, R]):
                     _log.warning("batcher %s: drain timed out after %.1f s", self.name, timeout_s)
                     self._task.cancel()
                     await asyncio.gather(self._task, return_exceptions=True)
-            self._fail_waiting(OverloadedError(f"variant {self.name} is shutting down"))
+            self._fail_waiting(
+                OverloadedError(f"variant {self.name} is shutting down", cause="stopping")
+            )
         finally:
             if self._own_executor:
                 self._executor.shutdown(wait=False, cancel_futures=True)
@@ -381,6 +383,7 @@ class Batcher(Generic[T, R]):
             raise OverloadedError(
                 f"variant {self.name} is shutting down; retry on another instance",
                 self.retry_after_s,
+                cause="stopping",
             )
         rank = RANK[priority]
         if size > self.room_for(priority):
@@ -413,6 +416,7 @@ class Batcher(Generic[T, R]):
                         f"variant {self.name} is overloaded: this {PRIORITIES[victim.rank]}-"
                         "priority request was shed for higher-priority traffic; retry later",
                         self.retry_after_s,
+                        cause="evicted",
                     )
                 )
 
@@ -471,14 +475,41 @@ class Batcher(Generic[T, R]):
                 )
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Pending[T, R]]) -> None:
+        """Runs ``batch`` (inline or on the worker thread), then answers its callers and
+        reports it (``on_batch``)."""
         size = sum(p.size for p in batch)
-        clock = self.clock
-        started = clock.now()
+        started = self.clock.now()
         self._in_flight_nodes, self._in_flight_since = size, started
         error: BaseException | None = None
         results: Sequence[R] = ()
         handler_s = [math.nan]
-        handler = self._handler
+        try:
+            results = await self._run_handler(loop, [p.item for p in batch], size, handler_s)
+        except asyncio.CancelledError:  # hard stop: the callers must not wait forever
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(
+                        OverloadedError(f"variant {self.name} was stopped", cause="stopping")
+                    )
+            raise
+        except Exception as exc:  # fanned out to every caller below
+            error = exc
+        finally:
+            self._in_flight_nodes, self._in_flight_since = 0, None
+        duration = self.clock.now() - started
+        self._answer(batch, results, error, started, size)
+        if self._on_batch is not None:
+            try:
+                self._on_batch(BatchStats(size, len(batch), duration, error, handler_s[0]))
+            except Exception:
+                _log.exception("batcher %s: on_batch callback failed", self.name)
+
+    async def _run_handler(
+        self, loop: asyncio.AbstractEventLoop, items: list[T], size: int, handler_s: list[float]
+    ) -> Sequence[R]:
+        """The handler's results for ``items``, its own time (on :attr:`clock`, in the thread
+        it runs on) in ``handler_s[0]``."""
+        clock, handler = self.clock, self._handler
 
         def timed(items: list[T]) -> Sequence[R]:
             start = clock.now()
@@ -487,27 +518,27 @@ class Batcher(Generic[T, R]):
             finally:
                 handler_s[0] = clock.now() - start
 
-        try:
-            items = [p.item for p in batch]
-            if size <= self.inline_max_size:
-                results = timed(items)  # on the loop's thread: no hand-off
-            else:
-                results = await loop.run_in_executor(self._executor, timed, items)
-            if len(results) != len(batch):
-                raise RuntimeError(
-                    f"batch handler of {self.name} returned {len(results)} results "
-                    f"for {len(batch)} requests"
-                )
-        except asyncio.CancelledError:  # hard stop: the callers must not wait forever
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(OverloadedError(f"variant {self.name} was stopped"))
-            raise
-        except Exception as exc:  # fanned out to every caller below
-            error = exc
-        finally:
-            self._in_flight_nodes, self._in_flight_since = 0, None
-        duration = clock.now() - started
+        if size <= self.inline_max_size:
+            results = timed(items)  # on the loop's thread: no hand-off
+        else:
+            results = await loop.run_in_executor(self._executor, timed, items)
+        if len(results) != len(items):
+            raise RuntimeError(
+                f"batch handler of {self.name} returned {len(results)} results "
+                f"for {len(items)} requests"
+            )
+        return results
+
+    def _answer(
+        self,
+        batch: list[_Pending[T, R]],
+        results: Sequence[R],
+        error: BaseException | None,
+        started: float,
+        size: int,
+    ) -> None:
+        """Each caller's result (or the batch's error); callers cancelled meanwhile are
+        skipped."""
         for i, p in enumerate(batch):
             if p.future.done():  # cancelled while running
                 continue
@@ -517,11 +548,6 @@ class Batcher(Generic[T, R]):
                 p.future.set_result(Batched(results[i], started - p.enqueued_at, size, len(batch)))
         if error is not None:
             _log.warning("batcher %s: batch of %d nodes failed: %r", self.name, size, error)
-        if self._on_batch is not None:
-            try:
-                self._on_batch(BatchStats(size, len(batch), duration, error, handler_s[0]))
-            except Exception:
-                _log.exception("batcher %s: on_batch callback failed", self.name)
 
     def _fail_waiting(self, error: BaseException) -> None:
         for p in self._planner.clear():

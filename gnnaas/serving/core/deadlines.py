@@ -73,7 +73,8 @@ def admit(
         return
     predicted = math.nan if selection is None else selection.predicted_ms
     if not math.isfinite(predicted):  # pinned, or chosen without reading the load
-        predicted = load().completion_ms(variant.variant_id, profile.service, num_nodes)
+        lookup = variant.answers is not None
+        predicted = load().completion_ms(variant.variant_id, profile.service, num_nodes, lookup)
     unmeetable = predicted > left_ms if selection is None else selection.meets_slo is False
     if unmeetable:
         raise OverloadedError(
@@ -82,6 +83,7 @@ def admit(
             f"({variant.variant_id})); retry later, with a longer deadline or a larger "
             "X-Accuracy-Tolerance",
             retry_after_s,
+            cause="deadline",
         )
     share = SLACK_SHARES[RANK[priority]]
     own_ms = speed * profile.service.predict_batched(num_nodes, max_batch_nodes)
@@ -94,6 +96,7 @@ def admit(
         f"{variant.variant_id}), and it is predicted to wait {wait_ms:.1f} ms; the rest is kept "
         "for higher priorities; retry later, or with a higher X-Priority or a longer deadline",
         retry_after_s,
+        cause="deadline",
     )
 
 

@@ -101,27 +101,30 @@ def _describe_validation(errors: Sequence[Any]) -> str:
             if len(bad_nodes) < _MAX_OFFENDERS:
                 bad_nodes.append(f"nodes[{loc[2]}]={json.dumps(given, default=str)}")
             continue
-        if loc == ("body",):
-            if kind == "missing":
-                messages.append(f"the request body is missing; send {_EXAMPLE}")
-            else:
-                messages.append(f"the body must be a JSON object like {_EXAMPLE}")
-        elif loc == ("body", "nodes") and kind == "missing":
-            messages.append(f"'nodes' is missing; send {_EXAMPLE}")
-        elif loc == ("body", "nodes") and kind == "too_short":
-            messages.append("'nodes' is empty; send at least one node id")
-        elif loc == ("body", "nodes"):
-            messages.append(f"'nodes' must be a list of integer node ids (got {given!r:.60})")
-        elif loc == ("body", "return"):
-            messages.append(f"'return' must be 'class', 'proba' or 'embedding' (got {given!r:.60})")
-        elif kind == "extra_forbidden":
-            messages.append(f"unknown field {loc[-1]!r}; the body takes 'nodes' and 'return'")
-        else:
-            where = ".".join(str(p) for p in loc[1:] or loc)
-            messages.append(f"{where}: {e.get('msg', kind)}")
+        messages.append(_field_message(loc, kind, given, e))
     if bad_nodes:
         messages.insert(0, f"node ids must be integers; first offenders: {', '.join(bad_nodes)}")
     return "; ".join(messages) or "invalid request"
+
+
+def _field_message(loc: tuple[Any, ...], kind: str, given: Any, error: Any) -> str:
+    """What one validation error of the body (not a bad node id) says to the client."""
+    if loc == ("body",):
+        if kind == "missing":
+            return f"the request body is missing; send {_EXAMPLE}"
+        return f"the body must be a JSON object like {_EXAMPLE}"
+    if loc == ("body", "nodes"):
+        if kind == "missing":
+            return f"'nodes' is missing; send {_EXAMPLE}"
+        if kind == "too_short":
+            return "'nodes' is empty; send at least one node id"
+        return f"'nodes' must be a list of integer node ids (got {given!r:.60})"
+    if loc == ("body", "return"):
+        return f"'return' must be 'class', 'proba' or 'embedding' (got {given!r:.60})"
+    if kind == "extra_forbidden":
+        return f"unknown field {loc[-1]!r}; the body takes 'nodes' and 'return'"
+    where = ".".join(str(p) for p in loc[1:] or loc)
+    return f"{where}: {error.get('msg', kind)}"
 
 
 def _register_handlers(app: FastAPI, metrics: ServingMetrics) -> None:

@@ -151,32 +151,13 @@ class Edge:
         if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
             await self.app(scope, receive, send)
             return
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    break
-                if declared > self.max_bytes:
-                    await self._refuse(send)
-                    return
-                break
-        # Read the whole body here, counting, then replay it: chunked uploads are bounded too.
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        if await try_predict(self.state.router, scope, b"".join(chunks), send):
+        if self._declared_too_large(scope):
+            await self._refuse(send)
+            return
+        body = await self._read_body(receive, send)
+        if body is None:  # refused, or the client went away
+            return
+        if await try_predict(self.state.router, scope, body, send):
             return
         replayed = False
 
@@ -184,10 +165,38 @@ class Edge:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _declared_too_large(self, scope: Scope) -> bool:
+        """Whether the request's ``Content-Length`` declares more than the limit."""
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    return int(value) > self.max_bytes
+                except ValueError:
+                    return False
+        return False
+
+    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, counted as it arrives (chunked uploads are bounded too); ``None``
+        once it went over the limit (413 sent) or the client went away."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # client went away
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 class App(FastAPI):
