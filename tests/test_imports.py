@@ -168,3 +168,44 @@ def test_no_import_circle_in_gnnaas() -> None:
     graph = {_module_name(p): _imports(p, _module_name(p), modules) for p in paths}
     assert len(graph) > 50 and graph["gnnaas.serving.core.router"]  # the walk saw the package
     assert _cycles(graph) == []
+
+
+def _layer(module: str, packages: set[str]) -> str:
+    """The layer of docs/architecture.md §2 a module belongs to: ``gnnaas.<package>`` (its
+    subpackages folded in, ``gnnaas.data.live`` into ``gnnaas.data``), the three rooms of
+    ``gnnaas.serving`` apart (``core``, ``http``, ``deploy``), a top-level module on its own."""
+    parts = module.split(".")
+    if len(parts) == 2 and module not in packages:  # gnnaas.errors, gnnaas.config, ...
+        return module
+    return ".".join(parts[: 3 if parts[1:2] == ["serving"] else 2])
+
+
+def test_no_import_circle_between_packages() -> None:
+    """The layers depend one way, counting the imports inside functions too (a lazy import is
+    still a dependency): no package imports one that imports it back, directly or through
+    others."""
+    paths = sorted((REPO / "gnnaas").rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    packages = {_module_name(p) for p in paths if p.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for p in paths:
+        name = _module_name(p)
+        here = _layer(name, packages)
+        graph.setdefault(here, set()).update(
+            _layer(m, packages) for m in _imports(p, name, modules) if _layer(m, packages) != here
+        )
+    for deps in list(graph.values()):
+        for d in deps:
+            graph.setdefault(d, set())
+    assert {"gnnaas.profiling", "gnnaas.serving.core", "gnnaas.runtime"} <= set(graph)
+    assert "gnnaas.profiling" in graph["gnnaas.serving.core"]  # the walk saw the edges
+    assert _cycles(graph) == []
+
+
+def test_layers_fold_subpackages_and_keep_the_serving_rooms_apart() -> None:
+    packages = {"gnnaas", "gnnaas.data", "gnnaas.data.live", "gnnaas.serving"}
+    assert _layer("gnnaas.data.live.wal", packages) == "gnnaas.data"
+    assert _layer("gnnaas.serving.http.routes.predict", packages) == "gnnaas.serving.http"
+    assert _layer("gnnaas.serving", packages) == "gnnaas.serving"
+    assert _layer("gnnaas.errors", packages) == "gnnaas.errors"
+    assert _layer("gnnaas.data", packages) == "gnnaas.data"

@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Literal, TypeVar
 
 import pytest
+from serving_fakes import next_turn
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
 from gnnaas.serving.core.batcher import Batched, Batcher, BatchStats
@@ -561,3 +562,30 @@ async def test_a_request_its_batch_would_make_late_is_dropped_before_it_runs() -
     out = await _soon(batcher.submit(2, size=1))  # no deadline: served
     assert out.value == 4
     await batcher.stop()
+
+
+async def test_on_busy_says_when_the_batcher_gains_and_loses_work() -> None:
+    # Told once when a request reaches an idle batcher, once when its last batch ended with
+    # nothing left waiting: always what `busy` says, never twice the same value.
+    told: list[bool] = []
+    handler = Handler(hold=True)
+    batcher = _batcher(handler, on_busy=told.append)
+    first = batcher.enqueue(1, size=1)
+    assert told == [True] and batcher.busy
+    await _started(handler)  # running
+    second = batcher.enqueue(2, size=1)  # waits behind it: still busy, nothing told
+    assert told == [True]
+    handler.release.set()
+    await _soon(asyncio.gather(first, second))
+    await _soon(_until_idle(batcher))
+    assert told == [True, False] and not batcher.busy
+    await _soon(batcher.submit(3, size=1))
+    await _soon(_until_idle(batcher))
+    assert told == [True, False, True, False]
+    await batcher.stop()
+
+
+async def _until_idle(batcher: Batcher[int, int]) -> None:
+    """Gives the batcher's loop the turns it needs to see its queue empty after a batch."""
+    while batcher.busy:
+        await next_turn()

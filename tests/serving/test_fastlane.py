@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from test_app import SETTINGS
 
 import gnnaas.serving.http.edge as edge_module
 from gnnaas.serving import Settings, create_app
+from gnnaas.serving.core.clock import FakeClock
 from gnnaas.serving.http.requests import REQUEST_ID_KEY
 
 URL = "/v1/datasets/toy/predict"
@@ -52,10 +52,16 @@ def toy() -> Iterator[SimpleNamespace]:
     registry, models = make_toy_registry()
     edge_module.try_predict = spy  # type: ignore[assignment]
     try:
-        app = create_app(Settings(**SETTINGS), registry)
+        clock = FakeClock()  # deadlines pass when a test advances it
+        app = create_app(Settings(**SETTINGS), registry, clock=clock)
         with TestClient(app) as client:
             yield SimpleNamespace(
-                client=client, core=app.state.router, models=models, taken=taken, route=route
+                client=client,
+                core=app.state.router,
+                models=models,
+                taken=taken,
+                route=route,
+                clock=clock,
             )
     finally:
         edge_module.try_predict = real  # type: ignore[assignment]
@@ -143,7 +149,7 @@ def _both(toy: SimpleNamespace, body: Any, headers: dict[str, str]) -> httpx.Res
 def test_answers_are_the_same_through_the_lane_and_the_route(
     toy: SimpleNamespace, body: dict[str, Any], headers: dict[str, str], variant: str | None
 ) -> None:
-    toy.core.speed.reset(1.0)
+    toy.core.slowdown.reset(1.0)
     response = _both(toy, body, headers)
     assert response.status_code == 200, response.text
     assert len(response.json()["predictions"]) == len(body["nodes"])
@@ -181,7 +187,7 @@ def test_answers_are_the_same_through_the_lane_and_the_route(
 def test_refusals_are_the_same_through_the_lane_and_the_route(
     toy: SimpleNamespace, body: dict[str, Any], headers: dict[str, str], status: int, detail: str
 ) -> None:
-    toy.core.speed.reset(1.0)
+    toy.core.slowdown.reset(1.0)
     response = _both(toy, body, headers)
     assert response.status_code == status
     assert response.json()["detail"].startswith(detail)
@@ -255,11 +261,9 @@ def _expired(toy: SimpleNamespace, *, route: bool) -> tuple[httpx.Response, dict
         with held(model) as gate, ThreadPoolExecutor(2) as pool:
             running = pool.submit(_post, toy.client, {"nodes": [0]}, pin)
             assert model.entered.wait(5)
-            sent = time.monotonic()
             late = pool.submit(_post, toy.client, {"nodes": [7]}, {**pin, "X-Deadline-Ms": "50"})
             wait_until(lambda: lane.batcher.queued_requests == 1)
-            # 50 ms from arrival: once 100 ms have passed since it was sent, it has passed.
-            wait_until(lambda: time.monotonic() - sent > 0.1)
+            toy.clock.advance(0.1)  # 50 ms from its arrival: passed while it waits
             gate.set()
             assert running.result().status_code == 200
             expired = late.result()
@@ -270,7 +274,7 @@ def _expired(toy: SimpleNamespace, *, route: bool) -> tuple[httpx.Response, dict
 
 
 def test_a_deadline_passed_in_the_queue_is_504_alike(toy: SimpleNamespace) -> None:
-    toy.core.speed.reset(1.0)
+    toy.core.slowdown.reset(1.0)
     lane, lane_counted = _expired(toy, route=False)
     routed, routed_counted = _expired(toy, route=True)
     assert lane.status_code == 504

@@ -392,15 +392,15 @@ async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
     toy: tuple[VariantRegistry, dict[str, FakeModel]],
 ) -> None:
     """A lane that answered and holds nothing more (as an inline batch is by the next request)
-    leaves the device idle for the next decision; a lane with work does not."""
+    has left the device's busy lanes, so the next decision is an idle one; a lane with work is
+    among them."""
     core = Router(toy[0], Settings(warmup=False))
     await core.start()
     ds = core.registry.datasets["toy"]
     model = toy[1][slow_id]
     try:
         await core.predict(ds, torch.tensor([0]), tolerance=50.0)
-        assert core._active  # given work, not yet seen idle
-        assert core.decision_load(ds, 3).idle and not core._active
+        assert not core._busy and core.decision_load(ds, 3).idle
         idle = core.select(ds, 3, tolerance=4.5)[1]
         core._gen.current.pop(ds.name, None)
         want = select_variant(RequestSpec(3, 4.5), ds.candidates, core.load_snapshot(ds))
@@ -409,6 +409,7 @@ async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
         with held(model) as gate:
             running = asyncio.ensure_future(core.predict(ds, torch.tensor([0]), pinned=slow_id))
             await _entered(model)
+            assert core._busy == {core.lane("toy", slow_id)}
             assert not core.decision_load(ds, 3).idle  # busy: the load is read
             gate.set()
             await running

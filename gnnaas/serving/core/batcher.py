@@ -161,6 +161,10 @@ class Batcher(Generic[T, R]):
         clock (Clock, optional): what every time read and every wait is on (module docstring);
             ``expires`` of :meth:`submit` and :attr:`in_flight_since` are on it.
             (default: :data:`~gnnaas.serving.core.clock.MONOTONIC`)
+        on_busy (Callable[[bool], None], optional): called on the event loop each time
+            :attr:`busy` changes, with its new value: when a request arrives at an idle batcher,
+            and when the last batch ends with nothing left waiting (the router keeps the
+            device's lanes with work this way, without polling every lane). (default: ``None``)
     """
 
     def __init__(
@@ -179,6 +183,7 @@ class Batcher(Generic[T, R]):
         aging_s: float = 0.1,
         predict_s: Callable[[int], float] | None = None,
         clock: Clock = MONOTONIC,
+        on_busy: Callable[[bool], None] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
@@ -214,6 +219,8 @@ class Batcher(Generic[T, R]):
         self._closed = False
         self._in_flight_nodes = 0
         self._in_flight_since: float | None = None
+        self._on_busy = on_busy
+        self._published = False  # the last value given to on_busy
 
     def __repr__(self) -> str:
         return (
@@ -267,6 +274,14 @@ class Batcher(Generic[T, R]):
     def busy(self) -> bool:
         """Whether a batch runs or a request waits."""
         return self._in_flight_since is not None or self._queues.requests > 0
+
+    def _publish(self) -> None:
+        """Tells ``on_busy`` when :attr:`busy` changed since it was last told (called after
+        each change of the queues or the running batch, with no ``await`` in between)."""
+        busy = self.busy
+        if busy != self._published and self._on_busy is not None:
+            self._published = busy
+            self._on_busy(busy)
 
     @property
     def room_nodes(self) -> int:
@@ -403,6 +418,7 @@ class Batcher(Generic[T, R]):
         self.start()
         future: asyncio.Future[Batched[R]] = asyncio.get_running_loop().create_future()
         self._planner.push(_Pending(item, size, future, self.clock.now(), rank, expires))
+        self._publish()
         self._ready.set()
         return future
 
@@ -429,6 +445,7 @@ class Batcher(Generic[T, R]):
         while True:
             plan = planner.plan(now, stopping=self._stop_requested)
             self._fail_expired(plan.expired, now)
+            self._publish()  # idle again once the last batch ran and nothing waits
             if not plan.ready:
                 if plan.idle and self._stop_requested:
                     return  # after a stop, what a fitted batch put back was still served
@@ -553,3 +570,4 @@ class Batcher(Generic[T, R]):
         for p in self._planner.clear():
             if not p.future.done():
                 p.future.set_exception(error)
+        self._publish()

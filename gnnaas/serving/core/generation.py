@@ -98,8 +98,10 @@ async def build_generation(
     gate: asyncio.Semaphore | None,
     serving: bool,
     clock: Clock = MONOTONIC,
+    busy: set[Lane] | None = None,
 ) -> Generation:
-    """The generation of ``registry`` (batchers not started), warmed up and re-timed.
+    """The generation of ``registry`` (batchers not started), warmed up and re-timed; its
+    lanes join ``busy`` while they have work (:class:`~gnnaas.serving.core.lane.Lane`).
 
     Re-timing runs on this (the event loop's) thread at start-up, when nothing is served yet, as
     the server runs small batches; while ``serving`` (a reload) in a worker thread, beside the
@@ -116,7 +118,15 @@ async def build_generation(
                     exc.add_note(f"while building variant {ds.name}/{v.variant_id}")
                     raise
                 lanes[(ds.name, v.variant_id)] = Lane(
-                    ds, v, handler, settings, metrics, slowdown=slowdown, gate=gate, clock=clock
+                    ds,
+                    v,
+                    handler,
+                    settings,
+                    metrics,
+                    slowdown=slowdown,
+                    gate=gate,
+                    clock=clock,
+                    busy=busy,
                 )
         if settings.warmup:
             await _warm_up(lanes, gate)

@@ -49,6 +49,9 @@ class Lane:
             (default: ``None``)
         clock (Clock, optional): the router's, which its batcher runs on.
             (default: :data:`~gnnaas.serving.core.clock.MONOTONIC`)
+        busy (set[Lane], optional): the device's lanes with work: the lane is in it exactly
+            while its batcher is :attr:`~gnnaas.serving.core.batcher.Batcher.busy` (the batcher
+            says when that changes). (default: ``None``: not tracked)
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class Lane:
         slowdown: Slowdown,
         gate: asyncio.Semaphore | None = None,
         clock: Clock = MONOTONIC,
+        busy: set[Lane] | None = None,
     ) -> None:
         self.dataset = dataset
         self.variant = variant
@@ -82,6 +86,9 @@ class Lane:
             inline_max_size=settings.inline_max_nodes,
             predict_s=self._predict_s,
             clock=clock,
+            on_busy=None
+            if busy is None
+            else (lambda now: (busy.add if now else busy.discard)(self)),
         )
 
     def __repr__(self) -> str:

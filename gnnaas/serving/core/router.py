@@ -142,11 +142,11 @@ class Router:
         self.slowdown = Slowdown(settings.load_ewma_alpha)
         # Not served until start(): no lanes yet.
         self._gen = Generation(0, registry, {}, decision_tables(registry, settings))
-        self._active: set[Lane] = set()  # lanes given work and not yet seen idle
+        # The device's lanes with work, of every generation (a retired lane draining its queue
+        # included): each lane's batcher keeps its own membership (Lane, busy=).
+        self._busy: set[Lane] = set()
         self._gate: asyncio.Semaphore | None = None
-        # Lanes of a previous generation still serving the requests queued on them.
-        self._draining: list[Lane] = []
-        self._drains: set[asyncio.Future[None]] = set()
+        self._drains: set[asyncio.Future[None]] = set()  # retired generations still draining
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -244,8 +244,6 @@ class Router:
         for dataset, variant in old.lanes.keys() - gen.lanes.keys():
             self.metrics.untrack_drift(dataset, variant)
         retired = list(old.lanes.values())
-        self._active.difference_update(retired)  # counted among the draining lanes instead
-        self._draining.extend(retired)
         drain = asyncio.ensure_future(self._drain(retired))
         self._drains.add(drain)
         drain.add_done_callback(self._drains.discard)
@@ -264,6 +262,7 @@ class Router:
             gate=self._gate,
             serving=self.started,
             clock=self.clock,
+            busy=self._busy,
         )
 
     def _go_live(self, gen: Generation) -> None:
@@ -272,12 +271,9 @@ class Router:
             lane.batcher.start()
 
     async def _drain(self, lanes: list[Lane]) -> None:
-        try:
-            await asyncio.gather(
-                *(lane.batcher.stop(self.settings.shutdown_timeout_s) for lane in lanes)
-            )
-        finally:
-            self._draining = [lane for lane in self._draining if lane not in lanes]
+        await asyncio.gather(
+            *(lane.batcher.stop(self.settings.shutdown_timeout_s) for lane in lanes)
+        )
 
     # -- load ------------------------------------------------------------------------------------
 
@@ -290,17 +286,6 @@ class Router:
         for (ds, v), lane in self._gen.lanes.items():
             yield QueueDepth(ds, v, lane.batcher.queued_nodes, lane.batcher.in_flight_nodes)
 
-    def _any_busy(self) -> bool:
-        """Whether a lane runs or holds work; the lanes found idle leave the busy set.
-
-        A lane answering inline (few nodes, on the event loop) is idle again by the next
-        request, so the set often holds only idle lanes: the device is then idle."""
-        for lane in list(self._active):
-            if lane.batcher.busy:
-                return True
-            self._active.discard(lane)
-        return False
-
     def decision_load(
         self,
         dataset: ServedDataset,
@@ -312,33 +297,28 @@ class Router:
         ``now`` (the router's clock; default: now).
 
         The work ahead of a new batch of ``dataset`` is what is left of the running batches plus
-        the waiting work of other datasets' variants, shared among the
-        ``max_concurrent_batches`` slots; the dataset's stream (its nodes queued ahead of a
-        request of ``priority``, or its running batch's when more) counts for every variant (a
-        variant that takes the stream serves it). Only the lanes with work are visited (few,
-        whatever the number of variants); the slowdowns are the device's at the size of the
-        batch the stream and the request make.
+        the waiting work of other datasets' variants (and of a retired generation's lanes still
+        draining), shared among the ``max_concurrent_batches`` slots; the dataset's stream (its
+        nodes queued ahead of a request of ``priority``, or its running batch's when more)
+        counts for every variant (a variant that takes the stream serves it). Only the lanes
+        with work are visited (few, whatever the number of variants); the slowdowns are the
+        device's at the size of the batch the stream and the request make.
         """
         now = self.clock.now() if now is None else now
         cap = self.settings.max_batch_nodes
         current = self._gen.current.get(dataset.name)
         slowdown = self.slowdown
         lookups = bool(dataset.precomputed)
-        if not self._draining and not self._any_busy():
+        if not self._busy:
             size = min(num_nodes, cap)
             lookup = slowdown.at(size, True) if lookups else 1.0
             return LoadSnapshot.measured(
                 0.0, 0, 0, {}, cap, current, slowdown.at(size), lookup, True
             )
         ahead, waiting, running = 0.0, 0, 0
-        for lane in self._draining:  # only during a reload: the last batches of the old lanes
-            ahead += lane.running_ms(now) + lane.queued_ms()
         busy: dict[str, Lane] = {}
-        for lane in list(self._active):
+        for lane in self._busy:
             b = lane.batcher
-            if not b.busy:
-                self._active.discard(lane)
-                continue
             if b.in_flight_since is not None:
                 ahead += lane.running_ms(now)
             if lane.dataset is dataset:
@@ -532,7 +512,6 @@ class Router:
                 self.settings.retry_after_s,
                 cause="stopping",
             )
-        self._active.add(lane)  # busy from now until a load measurement finds it idle
         try:
             out = await lane.batcher.submit(
                 ExecRequest(nodes, output), num_nodes, priority=priority, expires=expires
