@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +62,120 @@ def _load_average() -> list[float]:
     return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class _Load:
+    """The closed-loop clients: ``--threads`` clients, each sending one request after another."""
+
+    args: argparse.Namespace
+    answers: list[_Answer] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self, url: str) -> None:
+        """Starts every client, sending to the server at ``url``."""
+        self.threads = [
+            threading.Thread(target=self._client, args=(url, k)) for k in range(self.args.threads)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def close(self) -> None:
+        """Stops the clients and waits for them (each at most its bound and a margin)."""
+        self.stop.set()
+        for t in self.threads:
+            t.join(self.args.timeout + 5)
+
+    def _client(self, url: str, seed: int) -> None:
+        args = self.args
+        path = f"/v1/datasets/{args.dataset}/predict"
+        with httpx.Client(base_url=url, timeout=args.timeout) as client:
+            i = seed
+            while not self.stop.is_set() and len(self.answers) < 100_000:
+                sent = time.monotonic()
+                nodes = [(i * 7919 + k) % 1000 for k in range(args.nodes)]
+                try:
+                    r = client.post(path, json={"nodes": nodes})
+                    row = (r.status_code, r.headers.get("Retry-After"), r.text[:300])
+                except httpx.TimeoutException:
+                    row = (-1, None, "client timeout")
+                except httpx.TransportError as exc:
+                    row = (-2, None, repr(exc)[:300])
+                with self.lock:
+                    self.answers.append(_Answer(*row, sent, time.monotonic() - sent))
+                i += args.threads
+
+
+def _replicas(args: argparse.Namespace) -> dict[str, int]:
+    """The process id of every replica of the dataset, once all of them answer."""
+    from gnnaas.serving.deploy import ray as ray_backend
+
+    pids: dict[str, int] = {}
+
+    def every() -> bool:
+        pids.update(ray_backend.replica_pids(args.dataset))
+        return len(pids) >= args.replicas
+
+    _poll(every, 60, "every replica answering")
+    return pids
+
+
+def _kill_and_recover(
+    args: argparse.Namespace, load: _Load, before: dict[str, int]
+) -> tuple[float, float]:
+    """After the warm-up answers, kills one replica and waits until its replacement answers and
+    ``--after`` answers more came back: when it killed and when the replacement was back."""
+    from gnnaas.serving.deploy import ray as ray_backend
+
+    answers = load.answers
+    _poll(lambda: len(answers) >= args.warmup, 120, "warm-up answers")
+    victim_id, victim_pid = sorted(before.items())[0]
+    killed_at = time.monotonic()
+    os.kill(victim_pid, signal.SIGKILL)
+    now: dict[str, int] = {}
+
+    def back() -> bool:
+        now.clear()
+        now.update(ray_backend.replica_pids(args.dataset, calls=8))
+        return len(now) >= args.replicas and victim_id not in now
+
+    _poll(back, 120, "the replacement replica")
+    back_at = time.monotonic()
+    _poll(lambda: sum(a.sent > back_at for a in answers) >= args.after, 120, "answers after")
+    return killed_at, back_at
+
+
+def _answer_counts(answers: list[_Answer], killed_at: float) -> dict[str, Any]:
+    """The answers by status, and which of the non-200 ones were in flight at ``killed_at``."""
+    codes = collections.Counter(a.status for a in answers)
+    in_flight = [a for a in answers if a.sent <= killed_at <= a.sent + a.took_s]
+    not_ok = [a for a in answers if a.status != 200]
+    bad_503 = [
+        a for a in not_ok if a.status == 503 and (a.retry_after is None or '"detail"' not in a.body)
+    ]
+    return {
+        "requests": len(answers),
+        "status_counts": {str(k): v for k, v in sorted(codes.items())},
+        "in_flight_at_kill": len(in_flight),
+        "non_200": len(not_ok),
+        "non_200_not_in_flight": sum(1 for a in not_ok if a not in in_flight),
+        "503_without_retry_after_or_detail": len(bad_503),
+        "non_200_bodies": sorted({a.body for a in not_ok})[:5],
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The fault run: its figures."""
     from gnnaas.serving.core.settings import Settings
     from gnnaas.serving.deploy import ray as ray_backend
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = _free_port()
     settings = Settings(
         variants_dir=args.variants,
         profiles_dir=args.profiles,
@@ -80,70 +186,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = _load_average()
     started = time.monotonic()
     ray_backend.start_ray(num_cpus=2, port=port)
-    answers: list[_Answer] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
+    load = _Load(args)
     try:
         url = ray_backend.run_ray(
             settings, replicas=args.replicas, port=port, replica_cpus=2 / (args.replicas + 1)
         )
         up_s = time.monotonic() - started
         print(f"up in {up_s:.1f} s at {url}")
-        path = f"/v1/datasets/{args.dataset}/predict"
-
-        def load(seed: int) -> None:
-            with httpx.Client(base_url=url, timeout=args.timeout) as client:
-                i = seed
-                while not stop.is_set() and len(answers) < 100_000:
-                    sent = time.monotonic()
-                    nodes = [(i * 7919 + k) % 1000 for k in range(args.nodes)]
-                    try:
-                        r = client.post(path, json={"nodes": nodes})
-                        row = (r.status_code, r.headers.get("Retry-After"), r.text[:300])
-                    except httpx.TimeoutException:
-                        row = (-1, None, "client timeout")
-                    except httpx.TransportError as exc:
-                        row = (-2, None, repr(exc)[:300])
-                    with lock:
-                        answers.append(_Answer(*row, sent, time.monotonic() - sent))
-                    i += args.threads
-
-        before: dict[str, int] = {}
-
-        def every() -> bool:
-            before.update(ray_backend.replica_pids(args.dataset))
-            return len(before) >= args.replicas
-
-        _poll(every, 60, "every replica answering")
-        threads += [threading.Thread(target=load, args=(k,)) for k in range(args.threads)]
-        for t in threads:
-            t.start()
-        _poll(lambda: len(answers) >= args.warmup, 120, "warm-up answers")
-        victim_id, victim_pid = sorted(before.items())[0]
-        killed_at = time.monotonic()
-        os.kill(victim_pid, signal.SIGKILL)
-        now: dict[str, int] = {}
-
-        def back() -> bool:
-            now.clear()
-            now.update(ray_backend.replica_pids(args.dataset, calls=8))
-            return len(now) >= args.replicas and victim_id not in now
-
-        _poll(back, 120, "the replacement replica")
-        back_at = time.monotonic()
-        _poll(lambda: sum(a.sent > back_at for a in answers) >= args.after, 120, "answers after")
+        before = _replicas(args)
+        load.start(url)
+        killed_at, back_at = _kill_and_recover(args, load, before)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(args.timeout + 5)
+        load.close()
         ray_backend.shutdown_ray()
-    codes = collections.Counter(a.status for a in answers)
-    in_flight = [a for a in answers if a.sent <= killed_at <= a.sent + a.took_s]
-    not_ok = [a for a in answers if a.status != 200]
-    bad_503 = [
-        a for a in not_ok if a.status == 503 and (a.retry_after is None or '"detail"' not in a.body)
-    ]
     machine = machine_info()
     return {
         "machine": f"{machine['cpu']}, {machine['cores']} cores",
@@ -152,15 +207,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_after": _load_average(),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "render")},
         "start_s": round(up_s, 1),
-        "requests": len(answers),
-        "status_counts": {str(k): v for k, v in sorted(codes.items())},
-        "in_flight_at_kill": len(in_flight),
-        "non_200": len(not_ok),
-        "non_200_not_in_flight": sum(1 for a in not_ok if a not in in_flight),
-        "503_without_retry_after_or_detail": len(bad_503),
-        "non_200_bodies": sorted({a.body for a in not_ok})[:5],
+        **_answer_counts(load.answers, killed_at),
         "recovery_s": round(back_at - killed_at, 2),
-        "slowest_request_s": round(max(a.took_s for a in answers), 3),
+        "slowest_request_s": round(max(a.took_s for a in load.answers), 3),
         "client_bound_s": args.timeout,
     }
 

@@ -139,14 +139,100 @@ class _Source:
         return lines[lineno - 1] if 0 < lineno <= len(lines) else ""
 
 
+# The router's functions that run the policy; not its ``predict``, which goes by the line it runs.
 _POLICY_FUNCS = (
     "select",
     "load_snapshot",
     "wait_ms",
     "select_variant",
     "candidates_within",
-    "predict",
     "scaled",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """Frames of one part of the code, and the layer their time goes to.
+
+    A frame matches when its path contains one of ``contains`` (the path is read with a leading
+    ``/``, so ``/gnnaas/serving/`` matches an absolute path and one relative to the repository
+    alike) or ends with one of ``suffixes``. Its layer is that of the first ``by_func`` entry
+    naming its function, else of the first ``by_line`` entry with a word in its source line, else
+    ``layer``.
+    """
+
+    layer: str
+    contains: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = ()
+    by_func: tuple[tuple[tuple[str, ...], str], ...] = ()
+    by_line: tuple[tuple[tuple[str, ...], str], ...] = ()
+
+    def matches(self, path: str) -> bool:
+        """Whether a frame of ``path`` belongs to this part of the code."""
+        return any(k in f"/{path}" for k in self.contains) or path.endswith(self.suffixes)
+
+    def layer_of(self, func: str, path: str, line: int, source: _Source) -> str:
+        """The layer of a matching frame: ``func`` running line ``line`` of ``path``."""
+        name = func.rsplit(".", 1)[-1]
+        for names, layer in self.by_func:
+            if name in names:
+                return layer
+        text = source.line(path, line) if self.by_line else ""
+        for words, layer in self.by_line:
+            if any(w in text for w in words):
+                return layer
+        return self.layer
+
+
+# First match wins: a frame of gnnaas/serving/core/router.py is the router's, not generic serving.
+_RULES = (
+    _Rule("sampling", contains=("gnnaas/sampling/",)),
+    _Rule("forward", contains=("gnnaas/models/", "torch/nn/", "torch_geometric/")),
+    _Rule(
+        "forward",
+        suffixes=("gnnaas/inference/executor.py", "gnnaas/inference/path.py"),
+        by_line=(
+            (("sample", "unique", "torch.cat"), "sampling"),
+            (("index_select", ".to(", "_sync"), "gather"),
+            (("tolist", "ExecResult", "append"), "serialization"),
+        ),
+    ),
+    _Rule("policy", suffixes=("gnnaas/serving/core/policy.py",)),
+    _Rule(
+        "queue (batcher)",
+        suffixes=("gnnaas/serving/core/router.py",),
+        by_func=(
+            (_POLICY_FUNCS, "policy"),
+            (("_on_batch",), "metrics"),
+        ),
+        by_line=((("select(",), "policy"),),
+    ),
+    _Rule("queue (batcher)", suffixes=("gnnaas/serving/core/batcher.py",)),
+    _Rule(
+        "metrics", contains=("prometheus_client/",), suffixes=("gnnaas/serving/core/metrics.py",)
+    ),
+    _Rule(
+        "HTTP + parsing",
+        suffixes=("routes/predict.py",),
+        by_line=(
+            (("json.dumps", "Response(", "describe()"), "serialization"),
+            (("metrics.",), "metrics"),
+        ),
+    ),
+    _Rule(
+        "HTTP + parsing",
+        contains=(
+            "/gnnaas/serving/",
+            "pydantic",
+            "fastapi/",
+            "starlette/",
+            "uvicorn/",
+            "h11/",
+            "httptools",
+            "anyio/",
+        ),
+    ),
+    _Rule("thread hand-off", contains=("concurrent/futures",), suffixes=("threading.py",)),
 )
 
 
@@ -154,58 +240,9 @@ def classify(stack: list[str], source: _Source) -> str:
     """The layer of one sampled stack (root first), decided by its innermost known frame."""
     for raw in reversed(stack):
         func, path, line = _frame(raw)
-        name = func.rsplit(".", 1)[-1]
-        if "gnnaas/sampling/" in path:
-            return "sampling"
-        if "gnnaas/models/" in path or "torch/nn/" in path or "torch_geometric/" in path:
-            return "forward"
-        if path.endswith(("gnnaas/inference/executor.py", "gnnaas/inference/path.py")):
-            text = source.line(path, line)
-            if "sample" in text or "unique" in text or "torch.cat" in text:
-                return "sampling"
-            if "index_select" in text or ".to(" in text or "_sync" in text:
-                return "gather"
-            if "tolist" in text or "ExecResult" in text or "append" in text:
-                return "serialization"
-            return "forward"
-        if path.endswith("gnnaas/serving/core/policy.py"):
-            return "policy"
-        if path.endswith("gnnaas/serving/core/router.py"):
-            if name in _POLICY_FUNCS and name != "predict":
-                return "policy"
-            if name == "_on_batch":
-                return "metrics"
-            if "select(" in source.line(path, line):
-                return "policy"
-            return "queue (batcher)"
-        if path.endswith("gnnaas/serving/core/batcher.py"):
-            return "queue (batcher)"
-        if path.endswith("gnnaas/serving/core/metrics.py") or "prometheus_client/" in path:
-            return "metrics"
-        if path.endswith("routes/predict.py"):
-            text = source.line(path, line)
-            if "json.dumps" in text or "Response(" in text or "describe()" in text:
-                return "serialization"
-            if "metrics." in text:
-                return "metrics"
-            return "HTTP + parsing"
-        if "/gnnaas/serving/" in path or path.startswith("gnnaas/serving/"):
-            return "HTTP + parsing"
-        if any(
-            k in path
-            for k in (
-                "pydantic",
-                "fastapi/",
-                "starlette/",
-                "uvicorn/",
-                "h11/",
-                "httptools",
-                "anyio/",
-            )
-        ):
-            return "HTTP + parsing"
-        if "concurrent/futures" in path or path.endswith("threading.py"):
-            return "thread hand-off"
+        for rule in _RULES:
+            if rule.matches(path):
+                return rule.layer_of(func, path, line, source)
     if any("asyncio/" in f for f in stack):
         return "event loop"
     return "other"

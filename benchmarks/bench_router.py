@@ -720,15 +720,33 @@ def make_config(args: argparse.Namespace) -> Config:
     return dataclasses.replace(cfg, plan=plan, client=args.client, server_env=tuple(env))
 
 
-def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
-    """The whole benchmark; returns the raw results."""
-    workdir = Path(args.workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    logs = workdir / "logs"
-    t_start = time.monotonic()
+@dataclass(frozen=True)
+class _Setup:
+    """What the phases of a run share: the config, the prepared variants, the request bodies."""
+
+    cfg: Config
+    device: str
+    variants_dir: Path
+    profiles_dir: Path
+    bodies: dict[int, list[bytes]]
+    logs: Path
+
+    def serve(self, log: str, **env: str) -> ServerProcess:
+        """``gnnaas serve`` of the prepared variants on a free port, ``env`` over the config's."""
+        port = free_port()
+        cmd = serve_cmd(self.cfg.dataset, self.variants_dir, self.profiles_dir, port, self.device)
+        return ServerProcess(cmd, port, self.logs / log, env={**dict(self.cfg.server_env), **env})
+
+
+def _predict_url(srv: ServerProcess, dataset: str) -> str:
+    return f"{srv.base_url}/v1/datasets/{dataset}/predict"
+
+
+def _opening(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+    """The results' first figures: the machine, its load, the config and the command."""
     config = dataclasses.asdict(cfg)
     del config["slo_ms"]
-    results: dict[str, Any] = {
+    return {
         "dataset": cfg.dataset,
         "date": utc_now(),
         "device": args.device,
@@ -739,36 +757,36 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
         "commands": [command_line("bench_router.py")],
         "notes": [],
     }
-    say(f"machine: {results['machine']}")
-    say(f"load: {results['load_before']['uptime']}")
 
-    variants_dir, profiles_dir = prepare(cfg.plan, workdir, args.device)
+
+def _commands(cfg: Config, workdir: Path, device: str) -> list[str]:
+    """The commands a run stands for, beyond its own: the preparation and the servers."""
     rel = os.path.relpath(workdir, REPO)
     plan = cfg.plan
-    results["commands"] += [
+    return [
         f"# prepare (library calls of `gnnaas prepare`): archs sage gin, rankings "
         f"{' '.join(plan.rankings)}, prune 1 2 4 8, axes {' '.join(plan.axes)}, max "
         f"{plan.epochs} epochs, {plan.profile_runs} profile runs -> {rel}/variants, "
         f"{rel}/profiles",
         f"# servers: gnnaas serve --variants {rel}/variants --profiles {rel}/profiles "
-        f"--dataset {cfg.dataset} --host 127.0.0.1 --port <free> --device {args.device}",
+        f"--dataset {cfg.dataset} --host 127.0.0.1 --port <free> --device {device}",
         "#          (batching off: the same with GNNAAS_MAX_BATCH_NODES=1)",
         "# ceiling: python benchmarks/trivial_app.py --port <free>",
     ]
-    nodes = test_nodes(cfg.dataset, workdir)
-    bodies = {size: make_bodies(nodes, size, 2048, seed=size) for size in SIZES}
-    say(f"test nodes: {nodes.size}")
 
-    # -- 1. ceiling ------------------------------------------------------------------------------
+
+def _ceiling(setup: _Setup) -> tuple[list[Step], dict[str, Any]]:
+    """Step 1: the trivial endpoint's rate series per request size, and its saturation step."""
+    cfg = setup.cfg
     ceiling: list[Step] = []
     port = free_port()
-    with ServerProcess(trivial_cmd(port), port, logs / "trivial.log") as srv:
-        url = f"{srv.base_url}/v1/datasets/{cfg.dataset}/predict"
+    with ServerProcess(trivial_cmd(port), port, setup.logs / "trivial.log") as srv:
+        url = _predict_url(srv, cfg.dataset)
         for size in SIZES:
             rates = rate_grid(100.0, cfg.rate_ratio, 6000.0, cfg.max_steps + 2)
             ceiling += sweep(
                 url,
-                bodies[size],
+                setup.bodies[size],
                 {},
                 rates,
                 cfg,
@@ -777,64 +795,88 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
                 accuracy={},
                 server_pid=srv.pid,
             )
-        trivial_sat = saturation(url, bodies[1], {}, cfg)
-    results["ceiling"] = [s.__dict__ for s in ceiling]
-    results["trivial_saturation"] = trivial_sat
-    trivial_max = max((s.throughput_rps for s in ceiling if s.size == 1), default=1000.0)
-    say(f"ceiling: {trivial_max:.0f} rps open loop, {trivial_sat['throughput_rps']:.0f} closed")
+        trivial_sat = saturation(url, setup.bodies[1], {}, cfg)
+    return ceiling, trivial_sat
 
-    # -- 2. router -------------------------------------------------------------------------------
+
+def _policy_series(
+    setup: _Setup,
+    srv: ServerProcess,
+    variants: list[dict[str, Any]],
+    accuracy: dict[str, float],
+    trivial_max: float,
+) -> tuple[list[Step], dict[str, str], dict[str, str]]:
+    """Every policy's rate series per request size: the steps, the policies' labels and the
+    variant each pinned policy pinned (by ``"<policy> <size>"``)."""
+    cfg = setup.cfg
+    url = _predict_url(srv, cfg.dataset)
     steps: list[Step] = []
     labels: dict[str, str] = {}
     pinned: dict[str, str] = {}
-    port = free_port()
-    cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
-    with ServerProcess(cmd, port, logs / "serve.log", env=dict(cfg.server_env)) as srv:
-        url = f"{srv.base_url}/v1/datasets/{cfg.dataset}/predict"
+
+    def idle() -> None:
+        wait_idle(srv, cfg.dataset)
+
+    for size in SIZES:
+        # From well below the slowest variant's capacity (one batch at a time, as profiled;
+        # the server is slower than the profiler's back-to-back loop) up to past the
+        # ceiling; each policy's series stops at its first saturated step.
+        times = [predict_ms(v["service_ms"], size) for v in variants if v["service_ms"]]
+        slowest_rps = 1e3 / max(max(times), 0.05)
+        start = 10.0 if size == 1 else max(2.0, _nice(0.1 * slowest_rps))
+        rates = rate_grid(start, cfg.rate_ratio, 1.3 * trivial_max, cfg.max_steps)
+        say(f"size {size}: rates {rates}")
+        for pol in policies(variants, size, cfg):
+            labels.setdefault(pol.name, pol.label)
+            if pol.name in ("static-fastest", "static-full"):
+                pinned[f"{pol.name} {size}"] = pol.headers["X-Variant"]
+            steps += sweep(
+                url,
+                setup.bodies[size],
+                pol.headers,
+                rates,
+                cfg,
+                policy=pol.name,
+                size=size,
+                accuracy=accuracy,
+                server_pid=srv.pid,
+                between=idle,
+            )
+    return steps, labels, pinned
+
+
+def _router(
+    setup: _Setup, trivial_max: float, results: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Step 2: ``gnnaas serve`` under every policy's rate series, the router overhead, and the
+    saturation step with batching on.
+
+    Adds ``variants``, ``baseline_accuracy``, ``baseline_variant``, ``overhead``, ``steps``,
+    ``policy_labels`` and ``pinned`` to ``results``, and notes on the pinned policies.
+
+    Returns:
+        tuple[dict[str, Any], dict[str, str]]: the saturation step, and the headers of the
+        static most-accurate policy it ran.
+    """
+    cfg = setup.cfg
+    with setup.serve("serve.log") as srv:
+        url = _predict_url(srv, cfg.dataset)
         variants = variant_table(srv, cfg.dataset)
         results["variants"] = variants
         accuracy = {v["id"]: v["accuracy"] for v in variants if v["accuracy"] is not None}
         results["baseline_accuracy"] = max(accuracy.values())
         results["baseline_variant"] = max(accuracy, key=lambda k: accuracy[k])
-
-        def idle() -> None:
-            wait_idle(srv, cfg.dataset)
-
-        for size in SIZES:
-            # From well below the slowest variant's capacity (one batch at a time, as profiled;
-            # the server is slower than the profiler's back-to-back loop) up to past the
-            # ceiling; each policy's series stops at its first saturated step.
-            times = [predict_ms(v["service_ms"], size) for v in variants if v["service_ms"]]
-            slowest_rps = 1e3 / max(max(times), 0.05)
-            start = 10.0 if size == 1 else max(2.0, _nice(0.1 * slowest_rps))
-            rates = rate_grid(start, cfg.rate_ratio, 1.3 * trivial_max, cfg.max_steps)
-            say(f"size {size}: rates {rates}")
-            for pol in policies(variants, size, cfg):
-                labels.setdefault(pol.name, pol.label)
-                if pol.name in ("static-fastest", "static-full"):
-                    pinned[f"{pol.name} {size}"] = pol.headers["X-Variant"]
-                steps += sweep(
-                    url,
-                    bodies[size],
-                    pol.headers,
-                    rates,
-                    cfg,
-                    policy=pol.name,
-                    size=size,
-                    accuracy=accuracy,
-                    server_pid=srv.pid,
-                    between=idle,
-                )
+        steps, labels, pinned = _policy_series(setup, srv, variants, accuracy, trivial_max)
         pols = {p.name: p for p in policies(variants, 1, cfg)}
         results["overhead"] = {}
         for name in ("static-accurate", "router-tol2"):
-            idle()
+            wait_idle(srv, cfg.dataset)
             results["overhead"][name] = overhead(
-                url, bodies[1], pols[name].headers, cfg.overhead_requests, cfg.client
+                url, setup.bodies[1], pols[name].headers, cfg.overhead_requests, cfg.client
             )
             say(f"overhead {name}: {results['overhead'][name]}")
-        idle()
-        on = saturation(url, bodies[1], pols["static-accurate"].headers, cfg)
+        wait_idle(srv, cfg.dataset)
+        on = saturation(url, setup.bodies[1], pols["static-accurate"].headers, cfg)
         say(f"batching on: {on}")
     results["steps"] = [s.__dict__ for s in steps]
     results["policy_labels"] = labels
@@ -848,19 +890,39 @@ def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
         f"Router with SLO: tolerance {cfg.slo_tolerance:g} points plus `X-Latency-SLO-Ms` equal to "
         "the size's p99 bound (the policy takes the most accurate variant predicted to meet it).",
     ]
+    return on, pols["static-accurate"].headers
 
-    # -- 3. batching off -------------------------------------------------------------------------
-    port = free_port()
-    cmd = serve_cmd(cfg.dataset, variants_dir, profiles_dir, port, args.device)
-    with ServerProcess(
-        cmd,
-        port,
-        logs / "serve-nobatch.log",
-        env={**dict(cfg.server_env), "GNNAAS_MAX_BATCH_NODES": "1"},
-    ) as srv:
-        url = f"{srv.base_url}/v1/datasets/{cfg.dataset}/predict"
-        off = saturation(url, bodies[1], pols["static-accurate"].headers, cfg)
+
+def _batching_off(setup: _Setup, headers: dict[str, str]) -> dict[str, Any]:
+    """Step 3: the saturation step against a server with dynamic batching off."""
+    with setup.serve("serve-nobatch.log", GNNAAS_MAX_BATCH_NODES="1") as srv:
+        off = saturation(_predict_url(srv, setup.cfg.dataset), setup.bodies[1], headers, setup.cfg)
         say(f"batching off: {off}")
+    return off
+
+
+def run(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+    """The whole benchmark; returns the raw results."""
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    t_start = time.monotonic()
+    results = _opening(args, cfg)
+    say(f"machine: {results['machine']}")
+    say(f"load: {results['load_before']['uptime']}")
+    variants_dir, profiles_dir = prepare(cfg.plan, workdir, args.device)
+    results["commands"] += _commands(cfg, workdir, args.device)
+    nodes = test_nodes(cfg.dataset, workdir)
+    bodies = {size: make_bodies(nodes, size, 2048, seed=size) for size in SIZES}
+    say(f"test nodes: {nodes.size}")
+    setup = _Setup(cfg, args.device, variants_dir, profiles_dir, bodies, workdir / "logs")
+
+    ceiling, trivial_sat = _ceiling(setup)
+    results["ceiling"] = [s.__dict__ for s in ceiling]
+    results["trivial_saturation"] = trivial_sat
+    trivial_max = max((s.throughput_rps for s in ceiling if s.size == 1), default=1000.0)
+    say(f"ceiling: {trivial_max:.0f} rps open loop, {trivial_sat['throughput_rps']:.0f} closed")
+    on, accurate_headers = _router(setup, trivial_max, results)
+    off = _batching_off(setup, accurate_headers)
     results["batching"] = {"on": on, "off": off}
 
     results["load_after"] = load_snapshot()

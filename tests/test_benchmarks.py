@@ -173,3 +173,107 @@ def test_bench_scale_judges_the_ray_cpu_goal_per_round() -> None:
     alone = {"slices_ms": [0.5, 0.5, 1.0]}
     assert _paired_excess(mine, floor, alone) == pytest.approx([0.4, 0.9, -1.2])
     assert _paired_excess({"server_ms": {}}, floor, alone) is None  # a run saved before rounds
+
+
+class _Lines:
+    """A source of handmade lines for ``bench_layers.classify``: ``{(path, line): text}``."""
+
+    def __init__(self, lines: dict[tuple[str, int], str]) -> None:
+        self._lines = lines
+
+    def line(self, path: str, lineno: int) -> str:
+        return self._lines.get((path, lineno), "")
+
+
+ROUTER = "/repo/gnnaas/serving/core/router.py"
+EXECUTOR = "/repo/gnnaas/inference/executor.py"
+PREDICT = "/repo/gnnaas/serving/http/routes/predict.py"
+LINES = {
+    (ROUTER, 5): "variant = self.select(request)",
+    (ROUTER, 6): "await batcher.submit(nodes)",
+    (EXECUTOR, 1): "n_id = torch.unique(n_id)",
+    (EXECUTOR, 2): "x = self.x.index_select(0, n_id)",
+    (EXECUTOR, 3): "out = logits.tolist()",
+    (EXECUTOR, 4): "logits = self.model(x, blocks)",
+    (PREDICT, 1): "return Response(json.dumps(payload))",
+    (PREDICT, 2): "metrics.observe(latency)",
+    (PREDICT, 3): "nodes = body.nodes",
+}
+
+
+@pytest.mark.parametrize(
+    ("frame", "layer"),
+    [
+        ("sample (/repo/gnnaas/sampling/khop.py:10)", "sampling"),
+        ("forward (/venv/torch/nn/modules/linear.py:12)", "forward"),
+        ("propagate (/venv/torch_geometric/nn/conv/sage_conv.py:3)", "forward"),
+        (f"run ({EXECUTOR}:1)", "sampling"),
+        (f"run ({EXECUTOR}:2)", "gather"),
+        (f"run ({EXECUTOR}:3)", "serialization"),
+        (f"run ({EXECUTOR}:4)", "forward"),
+        ("select_variant (/repo/gnnaas/serving/core/policy.py:7)", "policy"),
+        (f"Router.select_variant ({ROUTER}:9)", "policy"),
+        (f"Router._on_batch ({ROUTER}:9)", "metrics"),
+        (f"Router.predict ({ROUTER}:5)", "policy"),  # predict goes by its line
+        (f"Router.predict ({ROUTER}:6)", "queue (batcher)"),
+        ("submit (/repo/gnnaas/serving/core/batcher.py:3)", "queue (batcher)"),
+        ("inc (/venv/prometheus_client/metrics.py:3)", "metrics"),
+        ("observe (/repo/gnnaas/serving/core/metrics.py:3)", "metrics"),
+        (f"predict ({PREDICT}:1)", "serialization"),
+        (f"predict ({PREDICT}:2)", "metrics"),
+        (f"predict ({PREDICT}:3)", "HTTP + parsing"),
+        ("app (/repo/gnnaas/serving/http/app.py:3)", "HTTP + parsing"),
+        ("app (gnnaas/serving/http/app.py:3)", "HTTP + parsing"),  # a path from the repo root
+        ("validate (/venv/pydantic/main.py:3)", "HTTP + parsing"),
+        ("handle (/venv/uvicorn/protocols/http.py:3)", "HTTP + parsing"),
+        ("_worker (/usr/lib/python3.11/concurrent/futures/thread.py:3)", "thread hand-off"),
+        ("wait (/usr/lib/python3.11/threading.py:3)", "thread hand-off"),
+    ],
+)
+def test_bench_layers_classifies_a_frame_by_its_rule(frame: str, layer: str) -> None:
+    from bench_layers import classify
+
+    # Below the frame: an event loop frame and one of no known layer, which it decides over.
+    stack = ["run (/usr/lib/python3.11/asyncio/base_events.py:1)", "f (/venv/numpy/x.py:1)", frame]
+    assert classify(stack, _Lines(LINES)) == layer
+
+
+def test_bench_layers_classifies_by_the_innermost_known_frame() -> None:
+    from bench_layers import classify
+
+    lines = _Lines(LINES)
+    sampled = ["handle (/venv/uvicorn/http.py:1)", "sample (/repo/gnnaas/sampling/khop.py:1)"]
+    assert classify(sampled, lines) == "sampling"
+    assert classify(sampled[::-1], lines) == "HTTP + parsing"
+    # The router's file is the router's, not generic serving code.
+    assert classify([f"Router._on_batch ({ROUTER}:9)"], lines) == "metrics"
+    asyncio_only = ["run (/usr/lib/python3.11/asyncio/events.py:1)", "f (/venv/numpy/x.py:1)"]
+    assert classify(asyncio_only, lines) == "event loop"
+    assert classify(["f (/venv/numpy/x.py:1)", "<module>"], lines) == "other"
+    assert classify([], lines) == "other"
+
+
+def test_bench_faults_counts_the_answers_around_the_kill() -> None:
+    from bench_faults import _Answer, _answer_counts
+
+    ok = _Answer(200, None, '{"predictions": [1]}', sent=1.0, took_s=0.5)
+    died = _Answer(503, "1", '{"detail": "replica died"}', sent=9.5, took_s=1.0)  # spans 10.0
+    late = _Answer(503, "1", '{"detail": "queue full"}', sent=11.0, took_s=0.1)
+    bare = _Answer(503, None, '{"detail": "queue full"}', sent=12.0, took_s=0.1)
+    text = _Answer(503, "1", "Service Unavailable", sent=12.5, took_s=0.1)
+    lost = _Answer(-1, None, "client timeout", sent=9.0, took_s=20.0)  # spans 10.0
+    counts = _answer_counts([ok, died, late, bare, text, lost, ok], killed_at=10.0)
+    assert counts == {
+        "requests": 7,
+        "status_counts": {"-1": 1, "200": 2, "503": 4},
+        "in_flight_at_kill": 2,
+        "non_200": 5,
+        "non_200_not_in_flight": 3,
+        "503_without_retry_after_or_detail": 2,
+        "non_200_bodies": [
+            "Service Unavailable",
+            "client timeout",
+            '{"detail": "queue full"}',
+            '{"detail": "replica died"}',
+        ],
+    }
