@@ -62,7 +62,7 @@ def _time_select(router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: i
     checks them)."""
     import torch
 
-    select, last = router.select, router._last
+    select, last = router.select, router._gen.current
     ids = torch.arange(min(nodes, ds.num_nodes))
     current = last.get(ds.name)
     per_round = []
@@ -101,7 +101,7 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
             "variants": len(ds.variants),
             "routed": len(routed),
             "dominated": len(ds.dominated_by),
-            "admitted": {str(t): len(router.admitted(ds, t)) for t in TOLERANCES},
+            "admitted": {str(t): len(router.admissible(ds, t)) for t in TOLERANCES},
             "idle": {},
             "busy": {},
         }

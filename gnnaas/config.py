@@ -66,11 +66,14 @@ _ENV_PREFIX = "GNNAAS_"
 _log = logging.getLogger(__name__)
 
 # Variables of switches gnnaas no longer has, and what happens instead: each chose between two
-# implementations of one job, and the faster one now always serves what it can.
+# implementations of one job, and one of them (the faster, or for sampling the one that keeps a
+# node's answer independent of its batch-mates) now always serves what it can.
 _REMOVED_VARIABLES = {
     "GNNAAS_FAST_LANE": "the predict fast lane answers every request it can",
     "GNNAAS_FAST_SAMPLER": "the compiled sampler samples every CPU batch it can",
     "GNNAAS_FUSED_FORWARD": "eval-mode forwards on sampled blocks run the fused layers",
+    "GNNAAS_SAMPLING": "the depth sampler samples every batch: a node's answer never depends on "
+    "its batch-mates",
 }
 
 

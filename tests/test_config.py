@@ -72,7 +72,6 @@ def test_the_profiled_pipeline_is_the_servers(
     served = Settings(variants_dir=tmp_path)  # what a server in this environment serves
     assert (served.seed, served.max_batch_nodes, served.torch_threads) == (7, 64, 2)
     assert pipeline == {
-        "sampling": served.sampling,
         "sampler_seed": 7,
         "max_batch_nodes": 64,
         "inline_max_nodes": served.inline_max_nodes,
@@ -97,11 +96,6 @@ def test_the_profiled_pipeline_is_the_servers(
             "lots",
             "ConfigError: profile: GNNAAS_FEATURE_CACHE_MB='lots': Input should be a valid "
             "number, unable to parse string as a number",
-        ),
-        (
-            "GNNAAS_SAMPLING",
-            "random",
-            "ConfigError: profile: GNNAAS_SAMPLING='random': Input should be 'depth' or 'shared'",
         ),
     ],
 )
@@ -197,7 +191,7 @@ def test_a_removed_switch_is_ignored_with_one_warning(
         "lane answers every request it can), GNNAAS_FUSED_FORWARD (eval-mode forwards on sampled "
         "blocks run the fused layers)"
     ]
-    for name in ("fast_lane", "fast_sampler", "fused_forward"):
+    for name in ("fast_lane", "fast_sampler", "fused_forward", "sampling"):
         assert name not in Settings.model_fields
         with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
             Settings(**{name: True})  # an argument is still refused
