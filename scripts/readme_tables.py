@@ -1,21 +1,27 @@
-"""Writes the README's tables of measured figures from the benchmarks' results JSON.
+"""Writes the docs' generated blocks: figures from the results JSON, rules from the constants.
 
-A figure in the README is never typed by hand: each table sits between two markers,
+Neither a measured figure nor a number of a rule is typed by hand in README.md or
+docs/architecture.md: each such block sits between two markers,
 
     <!-- table: NAME -->
     ...
     <!-- end table: NAME -->
 
-and this script rewrites what is between them from ``benchmarks/results/*.json`` (the JSON the
-benchmark scripts write; their pages are rendered from the same files). ``--check`` only says
-which tables differ from what the JSON gives and exits 1 if any does; ``tests/test_docs.py``
-runs that check, so a rerun benchmark whose README table was not refreshed fails the suite.
+and this script rewrites what is between them, from ``benchmarks/results/*.json`` (the JSON the
+benchmark scripts write; their pages are rendered from the same files) or from the code whose
+constants apply the rule. ``--check`` only says which blocks differ and exits 1 if any does;
+``tests/test_docs.py`` runs that check, so a rerun benchmark, or a changed constant, whose block
+was not refreshed fails the suite.
 
-Tables:
+Blocks:
 
-- ``speedups``: the speed a tolerance buys, the router's sustained rate over the full model's
-  (``bench_policy.py``'s ``policy.json`` for synth-flickr@0.2, ``policy-Cora.json`` for Cora),
-  and the share of the router's answers the precomputed variant gave.
+- ``speedups`` (README): the speed a tolerance buys, the router's sustained rate over the full
+  model's (``bench_policy.py``'s ``policy.json`` for synth-flickr@0.2, ``policy-Cora.json`` for
+  Cora), and the share of the router's answers the precomputed variant gave;
+- ``headers`` (README): the predict request headers, from
+  :data:`gnnaas.serving.http.requests.HEADER_DOCS` (what OpenAPI shows);
+- ``rule`` (README, docs/architecture.md): the tolerance rule and the choice among admissible
+  variants, from :func:`gnnaas.policy.describe_rule` and :func:`gnnaas.policy.describe_selection`.
 
 Example:
     python scripts/readme_tables.py            # rewrite the tables in README.md
@@ -37,6 +43,7 @@ from gnnaas.stats import median
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 README = REPO / "README.md"
+DOCS = (README, REPO / "docs" / "architecture.md")  # the files whose blocks are rewritten
 
 # The policy runs the speed-up table reads, in the order of its rows: (graph, results file).
 POLICY_RUNS = (("synth-flickr@0.2", "policy.json"), ("Cora", "policy-Cora.json"))
@@ -113,7 +120,22 @@ def speedups() -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[], str]] = {"speedups": speedups}
+def headers() -> str:
+    """The predict request headers and what each means, as OpenAPI documents them."""
+    from gnnaas.serving.http.requests import HEADER_DOCS
+
+    rows = [f"| `{name}` | {text} |" for name, text in HEADER_DOCS.items()]
+    return "\n".join(["| request header | meaning |", "| --- | --- |", *rows])
+
+
+def rule() -> str:
+    """The tolerance rule and the choice among admissible variants, with their constants."""
+    from gnnaas.policy import describe_rule, describe_selection
+
+    return f"{describe_rule()} {describe_selection()}"
+
+
+TABLES: dict[str, Callable[[], str]] = {"speedups": speedups, "headers": headers, "rule": rule}
 
 
 def _pattern(name: str) -> re.Pattern[str]:
@@ -140,22 +162,23 @@ def refreshed(text: str) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when a table is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale")
     args = parser.parse_args(argv)
-    text = README.read_text()
-    new, changed = refreshed(text)
-    if args.check:
-        if changed:
-            print(
-                f"README tables out of date: {', '.join(changed)}; run python "
-                "scripts/readme_tables.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if changed:
-        README.write_text(new)
-    print(f"README tables rewritten: {', '.join(changed) or 'none changed'}")
+    stale = []
+    for path in DOCS:
+        new, changed = refreshed(path.read_text())
+        name = path.relative_to(REPO)
+        stale += [f"{name}: {block}" for block in changed]
+        if changed and not args.check:
+            path.write_text(new)
+            print(f"{name}: rewritten {', '.join(changed)}")
+    if args.check and stale:
+        print(
+            f"out of date: {'; '.join(stale)}; run python scripts/readme_tables.py", file=sys.stderr
+        )
+        return 1
+    if not stale:
+        print("every block is up to date")
     return 0
 
 

@@ -47,9 +47,11 @@ def test_no_reference_points_outside_the_clone() -> None:
     assert not offenders, f"references to files outside the repository: {offenders}"
 
 
-def test_readme_tables_are_written_from_the_results_json() -> None:
-    """The README's tables of figures are what scripts/readme_tables.py makes of the results
-    JSON: a benchmark rerun without refreshing them, or a figure edited by hand, fails here."""
+def test_generated_blocks_are_written_from_the_results_and_the_code() -> None:
+    """The docs' generated blocks (README tables of figures, the header table, the rule's prose)
+    are what scripts/readme_tables.py makes of the results JSON and of the constants: a
+    benchmark rerun or a changed constant without refreshing them, or a figure edited by hand,
+    fails here."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -61,10 +63,16 @@ def test_readme_tables_are_written_from_the_results_json() -> None:
     text = (REPO / "README.md").read_text()
     for name in tables.TABLES:
         assert f"<!-- table: {name} -->" in text, f"README has no table {name!r}"
-    assert tables.refreshed(text)[1] == [], "run python scripts/readme_tables.py"
-    # A figure changed by hand is noticed.
+    for path in tables.DOCS:
+        assert tables.refreshed(path.read_text())[1] == [], "run python scripts/readme_tables.py"
+    assert "<!-- table: rule -->" in (REPO / "docs" / "architecture.md").read_text()
+    # A figure changed by hand is noticed, and so is a rule's number.
     tampered = re.sub(r"\*\*\d+\.\d+×\*\*", "**9.99×**", text, count=1)
     assert tampered == text or tables.refreshed(tampered)[1] == ["speedups"]
+    assert tables.refreshed(text.replace("N + 1 points", "N + 2 points", 1))[1] == ["rule"]
+    from gnnaas.serving.http.requests import HEADER_DOCS
+
+    assert HEADER_DOCS["X-Priority"] in text  # the header table is OpenAPI's own text
 
 
 def _script(name: str) -> Any:

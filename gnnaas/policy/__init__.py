@@ -15,6 +15,7 @@ from gnnaas.policy.decision import (
     RequestSpec,
     Selection,
     VariantLoad,
+    describe_selection,
 )
 from gnnaas.policy.dominance import at_most_everywhere, dominated, fastest_everywhere
 from gnnaas.policy.rule import (
@@ -24,6 +25,7 @@ from gnnaas.policy.rule import (
     admissible,
     admitting_tolerances,
     candidates_within,
+    describe_rule,
     paired_comparable,
 )
 
@@ -42,6 +44,8 @@ __all__ = [
     "admitting_tolerances",
     "at_most_everywhere",
     "candidates_within",
+    "describe_rule",
+    "describe_selection",
     "dominated",
     "fastest_everywhere",
     "paired_comparable",

@@ -63,6 +63,7 @@ __all__ = [
     "RequestSpec",
     "Selection",
     "VariantLoad",
+    "describe_selection",
 ]
 
 TIE_MARGIN = 0.1
@@ -74,6 +75,25 @@ accurate."""
 # these sizes instead of growing without bound.
 _TOLERANCES_KEPT = 256
 _SIZES_KEPT = 1024
+
+
+def describe_selection(tie_margin: float = TIE_MARGIN) -> str:
+    """The choice among admissible variants in words, its tie band written from ``tie_margin``
+    (the README and docs/architecture.md print this with the default).
+
+    Example:
+        >>> "within 10%" in describe_selection()
+        True
+    """
+    return (
+        "Among the admissible variants on the frontier the router picks the one with the "
+        "smallest predicted completion time (the work queued ahead, plus its service time for "
+        "the request and the stream it joins, scaled by how much slower than profiled the "
+        f"device runs now); predicted times within {tie_margin:.0%} of the smallest "
+        "(`GNNAAS_TIE_MARGIN`) count as ties and go to the more accurate variant, and a busy "
+        "stream stays on its variant while it remains within that band, so batches keep "
+        "merging. With an SLO or a deadline, the most accurate variant predicted to meet it."
+    )
 
 
 @dataclass(frozen=True)

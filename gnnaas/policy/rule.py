@@ -48,6 +48,7 @@ __all__ = [
     "admissible",
     "admitting_tolerances",
     "candidates_within",
+    "describe_rule",
     "paired_comparable",
 ]
 
@@ -230,3 +231,25 @@ def admitting_tolerances(candidates: Sequence[Candidate]) -> dict[str, float]:
         if len(found) == len(candidates):
             break
     return found
+
+
+def describe_rule() -> str:
+    """The rule in words, its margin written from :data:`LOSS_MARGIN` (the README and
+    docs/architecture.md print this, so the prose cannot drift from the code).
+
+    Example:
+        >>> "at most N + 1 points" in describe_rule()
+        True
+    """
+    m = f"{LOSS_MARGIN:g}"
+    point = "point" if LOSS_MARGIN == 1 else "points"
+    return (
+        "A variant is admissible under tolerance N when its loss against the most accurate "
+        "variant is not measurably above N (the lower end of its paired 95% loss interval is "
+        f"≤ N) and, with 95% confidence, it loses at most N + {m} points (the upper end is "
+        f"≤ N + {m}). So tolerance 0 admits the most accurate variant and the variants "
+        "statistically tied with it whose paired interval is narrow enough (upper loss ≤ "
+        f"{m} {point}): a tied variant with a wide interval is admitted only from a larger "
+        "tolerance, which `admissible_at` gives. Without interval columns (older profiles) the "
+        "point rule, a loss ≤ N, applies."
+    )

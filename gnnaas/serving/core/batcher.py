@@ -62,7 +62,7 @@ from typing import Generic, TypeVar
 from gnnaas.errors import DeadlineExceeded, OverloadedError
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.planner import BatchPlanner
-from gnnaas.serving.core.queues import PRIORITIES, QUEUE_SHARES, RANK
+from gnnaas.serving.core.queues import AGING_S, PRIORITIES, QUEUE_SHARES, RANK
 
 __all__ = ["PRIORITIES", "QUEUE_SHARES", "BatchStats", "Batched", "Batcher"]
 
@@ -180,7 +180,7 @@ class Batcher(Generic[T, R]):
         retry_after_s: float = 1.0,
         gate: asyncio.Semaphore | None = None,
         inline_max_size: int = 0,
-        aging_s: float = 0.1,
+        aging_s: float = AGING_S,
         predict_s: Callable[[int], float] | None = None,
         clock: Clock = MONOTONIC,
         on_busy: Callable[[bool], None] | None = None,

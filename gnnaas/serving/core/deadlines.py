@@ -25,7 +25,7 @@ from gnnaas.policy import LoadSnapshot, Selection
 from gnnaas.serving.core.queues import RANK, Entry, taken_rank
 from gnnaas.serving.core.registry import ServingVariant
 
-__all__ = ["SLACK_SHARES", "admit", "fit_batch", "late_answer"]
+__all__ = ["SLACK_SHARES", "admit", "fit_batch", "late_answer", "share_words"]
 
 SLACK_SHARES = (1.0, 1 / 3, 0.25)
 """The share of a request's slack (its deadline left minus its own predicted service time) that
@@ -36,6 +36,23 @@ wait behind it, and they stretch a batch (a high one's, or one a high one arrivi
 for) by a third or a quarter of its slack at most, the rest a margin for prediction error. A
 request alone is never held back by its share, and on an idle server (no wait) every priority is
 admitted alike."""
+
+
+_WORDS = {1.0: "all of it", 0.5: "half", 1 / 3: "a third", 0.25: "a quarter"}
+
+
+def share_words(share: float) -> str:
+    """A share of a request's slack in words (``all of it``, ``half``, ``a third``, ``a
+    quarter``, else a percentage), for the messages and the docs.
+
+    Example:
+        >>> [share_words(s) for s in SLACK_SHARES]
+        ['all of it', 'a third', 'a quarter']
+    """
+    for value, words in _WORDS.items():
+        if math.isclose(share, value):
+            return words
+    return f"{share:.0%}"
 
 
 class Timed(Entry, Protocol):

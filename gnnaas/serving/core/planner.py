@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from gnnaas.serving.core.deadlines import Timed, fit_batch
-from gnnaas.serving.core.queues import PriorityQueues
+from gnnaas.serving.core.queues import AGING_S, PriorityQueues
 
 __all__ = ["BatchPlan", "BatchPlanner", "Waiting"]
 
@@ -129,7 +129,7 @@ class BatchPlanner(Generic[W]):
         max_batch_size: int = 1024,
         max_wait_s: float = 0.0,
         max_queue_size: int = 16384,
-        aging_s: float = 0.1,
+        aging_s: float = AGING_S,
         predict_s: Callable[[int], float] | None = None,
     ) -> None:
         self.max_batch_size = max_batch_size

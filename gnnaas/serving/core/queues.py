@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["PRIORITIES", "QUEUE_SHARES", "RANK", "PriorityQueues", "taken_rank"]
+__all__ = ["AGING_S", "PRIORITIES", "QUEUE_SHARES", "RANK", "PriorityQueues", "taken_rank"]
 
 PRIORITIES = ("high", "normal", "low")
 """Request priorities, most important first; a request's rank is its index."""
@@ -24,6 +24,9 @@ QUEUE_SHARES = (1.0, 1.0, 0.5)
 """The share of the queue's nodes each priority may fill (high, normal, low)."""
 RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 """A priority's rank (its index in :data:`PRIORITIES`)."""
+AGING_S = 0.1
+"""A request that has waited this long (s) is taken as ``high``: no priority starves while the
+server keeps up (the batcher's default ``aging_s``)."""
 
 
 class Entry(Protocol):

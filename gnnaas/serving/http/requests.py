@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import orjson
 
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
-from gnnaas.serving.core.batcher import PRIORITIES
+from gnnaas.policy import LOSS_MARGIN
+from gnnaas.serving.core.deadlines import SLACK_SHARES, share_words
+from gnnaas.serving.core.queues import AGING_S, PRIORITIES
 
 __all__ = [
     "HEADER_DOCS",
@@ -49,7 +51,9 @@ HEADER_DOCS: dict[str, str] = {
     "X-Accuracy-Tolerance": (
         "Accuracy points the client accepts to lose versus the most accurate variant (a finite "
         "number >= 0; default 0 = the most accurate variant, or any variant when only "
-        "X-Latency-SLO-Ms or X-Deadline-Ms is given)."
+        "X-Latency-SLO-Ms or X-Deadline-Ms is given), admitted by the paired rule: a variant's "
+        "loss is not measurably above it and, with 95% confidence, at most "
+        f"{LOSS_MARGIN:g} point{'s' if LOSS_MARGIN != 1 else ''} more."
     ),
     "X-Latency-SLO-Ms": (
         "Optional latency target in ms, a soft one: the most accurate variant within tolerance "
@@ -68,15 +72,18 @@ HEADER_DOCS: dict[str, str] = {
         "after the deadline: discarded, never a late 200)."
     ),
     "X-Priority": (
-        "Optional `high`, `normal` (default) or `low`: batches take higher priorities first (a "
-        "request that has waited 0.1 s competes as high, so none starves while the server keeps "
-        "up); under overload low requests are shed first, then normal ones (503 + Retry-After); "
-        "with X-Deadline-Ms a normal request may wait a third of its slack (deadline minus its "
-        "service), a low one a quarter, so that a high one still makes its deadline."
+        f"Optional `{'`, `'.join(PRIORITIES[:-1])}` or `{PRIORITIES[-1]}` (default `normal`): "
+        f"batches take higher priorities first (a request that has waited {AGING_S:g} s "
+        "competes as high, so none starves while the server keeps up); under overload low "
+        "requests are shed first, then normal ones (503 + Retry-After); with X-Deadline-Ms a "
+        f"normal request may wait {share_words(SLACK_SHARES[1])} of its slack (deadline minus "
+        f"its service), a low one {share_words(SLACK_SHARES[2])}, so that a high one still "
+        "makes its deadline."
     ),
 }
-"""What each request header of ``POST /v1/datasets/{d}/predict`` means (OpenAPI and
-``GET /v1/datasets/{d}/variants`` show them)."""
+"""What each request header of ``POST /v1/datasets/{d}/predict`` means (OpenAPI,
+``GET /v1/datasets/{d}/variants`` and the README show them), its numbers written from the
+constants that apply them."""
 
 
 class RequestError(Exception):
