@@ -4,7 +4,7 @@ A package lists where each public name lives; a name's module is imported on fir
 importing ``gnnaas.serving`` loads no FastAPI and importing the policy loads no training code.
 
 Example:
-    >>> __getattr__, __dir__, _MODULE_OF = attach(__name__, {"policy": ("select_variant",)})
+    >>> __getattr__, __dir__, _MODULE_OF = attach(__name__, {"core.router": ("Router",)})
     ... # doctest: +SKIP
 """
 

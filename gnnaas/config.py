@@ -117,7 +117,7 @@ class SharedSettings(BaseSettings):
             rows of each served variant's most read nodes stay on the GPU and a batch copies only
             the others (:mod:`gnnaas.inference.cache`). One budget for every served variant, split
             by traffic share (equal at start-up) and marginal hit gain
-            (:func:`gnnaas.profiling.cachebudget.split_budget`); nodes in the order ``gnnaas
+            (:func:`gnnaas.runtime.caches.split_budget`); nodes in the order ``gnnaas
             cache-plan`` wrote beside the profiles, else by neighbor count. Ignored on the CPU
             (the features are already local) and for live graphs. ``0`` turns caching off.
             (default: ``0``)

@@ -12,8 +12,8 @@ when it starts from the options given, then the ``GNNAAS_*`` variables, then the
 ``GNNAAS_VARIANTS_DIR``, ``--profiles`` and ``profile --out`` ← ``GNNAAS_PROFILES_DIR``,
 ``--device`` ← ``GNNAAS_DEVICE``, ``--state-dir`` ← ``GNNAAS_STATE_DIR``, ``--threads`` ←
 ``GNNAAS_THREADS``, ``report --tie-margin`` ← ``GNNAAS_TIE_MARGIN``; the profiled pipeline from
-the server's ``GNNAAS_SAMPLING``, ``GNNAAS_SEED``, ...). ``serve`` passes only the options given to
-the server's settings, so every other ``GNNAAS_*`` server setting applies.
+the server's ``GNNAAS_SEED``, ``GNNAAS_MAX_BATCH_NODES``, ...). ``serve`` passes only the options
+given to the server's settings, so every other ``GNNAAS_*`` server setting applies.
 
 Long commands (train, generate, profile, prepare) print one line per phase on stderr and show a
 progress bar per phase, also when stderr is not a terminal (then refreshed every few seconds, so

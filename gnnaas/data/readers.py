@@ -135,7 +135,7 @@ def _read_columns(
         raise file.fail(f"no column '{missing[0]}' (found {found}){why}; {hint}")
     try:
         if file.kind == "csv":
-            # Streamed block by block: a fraction of read_csv's peak memory, as fast on 2 cores.
+            # Streamed block by block: a fraction of read_csv's peak memory, and no slower.
             # Blank lines stay rows (an empty cell of a one-column file), so line numbers hold.
             reader = pacsv.open_csv(
                 str(file.path),

@@ -14,8 +14,9 @@ On dense graphs (reddit, products) averaging dozens of homophilous neighbors rec
 almost surely, so a share of their labels is redrawn at random (``label_noise``) to keep the task
 short of 100% accuracy.
 
-Signals were tuned so that a 2-layer GNN lands well above chance but below 100% (flickr, reddit:
-roughly 75–90%), and well above an MLP on the same features (neighbor aggregation helps).
+Signals were tuned so that a 2-layer GNN lands well above chance but short of perfect, and well
+above an MLP on the same features (neighbor aggregation helps); the accuracies of every variant
+are in ``benchmarks/results/variants-synth-*.md``.
 
 Everything is vectorized and O(N + E) in time and memory; the same seed gives the same tensors.
 
@@ -177,8 +178,8 @@ class SyntheticConfig:
 #: nodes / edges / features / classes of the reference study's graphs, plus a small one
 PRESETS: dict[str, SyntheticConfig] = {
     # small, flickr, arxiv: a few strong columns plus a weak tier over every other column, so that
-    # the 1× model is the most accurate and 8× greedy/lasso lose a few points (calibrated in
-    # benchmarks/results/synthetic-calibration.md)
+    # the 1× model is the most accurate and 8× greedy/lasso lose a few points (calibrated with
+    # benchmarks/bench_calibration.py)
     "small": SyntheticConfig(
         3_000, 30_000, 64, 5, signal=0.35, num_informative=4, num_weak=60, weak_signal=0.15
     ),

@@ -5,8 +5,8 @@ The server's executor, the profiler and evaluation during generation share
 (``executor.py``) wraps it and is the call the profiler times for service curves, so profiled
 figures are those of the served pipeline; ``scores.py`` turns outputs into per-node score parts;
 ``cache.py`` holds a variant's device feature cache (:class:`FeatureCache`).
-Below variants and profiling in the layer order (data → sampling → models → inference →
-variants → profiling → serving).
+Below the runtime, which builds every path and executor, in the layer order (data → sampling →
+models → inference → runtime → variants → profiling → serving).
 """
 
 from gnnaas.inference.cache import FeatureCache, Transfer

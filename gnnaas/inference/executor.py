@@ -54,8 +54,8 @@ INLINE_MAX_NODES = 16
 """Batches of at most this many nodes run on the server's event-loop thread instead of the
 variant's worker thread (``GNNAAS_INLINE_MAX_NODES``), and the profiler times them on its main
 thread to match. For such batches the hand-off between threads costs more than the parallelism
-it buys: on a 2-core CPU, sequential single-node requests to synth-flickr@0.2 went from 0.89 to
-0.78 ms p50 and 16 in flight from 4,500 to 5,400 req/s."""
+it buys, so running them on the loop lowers a small request's latency
+(``benchmarks/results/latency.md``, the last two rows of "Sequential single-node requests")."""
 
 
 def embedding_dim(model: torch.nn.Module) -> int | None:

@@ -194,9 +194,9 @@ class InferencePath:
     def _gather(self, n_id: Tensor) -> Tensor:
         """``features[n_id]`` on the host, into a reused buffer (pinned on CUDA).
 
-        A fresh buffer of tens of MB per batch is a fresh ``mmap`` whose pages fault in on first
-        touch: measured on a 2-core CPU, gathering 60,000 rows of 500 features took 47 ms into a
-        new tensor and 15 ms into a reused one. Buffers grow to the largest batch seen, up to
+        A large fresh buffer per batch is a fresh ``mmap`` whose pages fault in on first touch,
+        every batch; a reused one has its pages resident, so a large gather costs its copy and
+        little more. Buffers grow to the largest batch seen, up to
         :data:`GATHER_BUFFER_LIMIT_BYTES` per path; a larger gather gets a tensor of its own.
         """
         n, width = int(n_id.numel()), self.features.size(1)

@@ -64,10 +64,12 @@ def aggregate_neighbors(
 
     Small blocks (a served request's) gather the messages and ``index_add_`` them: the fewest
     operators (PyG's ``torch_geometric.utils.scatter`` does the same sum, count and divide with
-    ~6 µs more Python per call, measured on one seed's block). Large blocks multiply a CSR
-    adjacency (entries 1, or 1 / degree for the mean) by ``x`` instead, which never materializes
-    the ``[E, F]`` messages (for the 1× model of Cora at 256 seeds, ~360 MB fresh per layer whose
-    pages fault in): measured 8× faster at 64,000 edges × 1,433 features on one CPU thread.
+    more Python per call, which a one-seed block notices; ``benchmarks/results/latency.md``,
+    "Forward of a sampled batch", measures the fused layers this is part of). Large blocks
+    multiply a CSR adjacency (entries 1, or 1 / degree for the mean) by ``x`` instead, which never
+    materializes the ``[E, F]`` messages: for a wide model over many sampled edges they are a
+    large tensor allocated fresh per layer, whose pages fault in, where the product reads ``x``
+    once.
 
     Args:
         x (Tensor): ``[num_src, F]`` source rows.

@@ -418,9 +418,10 @@ def quantize_int8(model: GNN, ranges: Mapping[str, Sequence[float]]) -> GNN:
     is left unchanged.
 
     The copy runs every path of the fp32 model (sampled blocks, fused or through PyG's
-    convolutions, a full-graph ``edge_index``, :func:`gnnaas.inference.layerwise_inference`,
-    ``embed=True``) on the CPU, has :attr:`~gnnaas.models.GNN.precision` ``"int8"``, stays in
-    eval mode (its ``train()`` raises) and has no trainable parameters. Each int8 layer's output
+    convolutions, a full-graph ``edge_index``,
+    :func:`gnnaas.inference.layerwise.layerwise_inference`, ``embed=True``) on the CPU, has
+    :attr:`~gnnaas.models.GNN.precision` ``"int8"``, stays in eval mode (its ``train()`` raises)
+    and has no trainable parameters. Each int8 layer's output
     row depends on its input row only, never on the other rows of the batch. It is not meant to
     be saved: store the fp32 weights and the ranges, and quantize again when loading.
 

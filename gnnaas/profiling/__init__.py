@@ -1,17 +1,19 @@
 """Profiling: timers and latency breakdown, analytical performance model, profile tables, reports.
 
-- :mod:`~gnnaas.profiling.profiler`: :func:`profile_dataset` measures every variant of a dataset
-  (the measuring in :mod:`~gnnaas.profiling.measurement`, the checks and files a run starts from
-  in :mod:`~gnnaas.profiling.inputs`).
+- :mod:`~gnnaas.profiling.profiler`: :func:`profile_dataset` measures every variant of a dataset,
+  opened through the runtime as the server opens it (the measuring in
+  :mod:`~gnnaas.profiling.measurement`, the service curves' timer in
+  :mod:`~gnnaas.profiling.curves`).
 - :mod:`~gnnaas.profiling.perfmodel`: the analytical model of docs/architecture.md §5,
   :func:`calibrate`.
 - :mod:`~gnnaas.profiling.table`: ``profiles.csv`` / ``service_times.csv`` readers and writers
   (no matplotlib, no training code: the server imports it).
 - :mod:`~gnnaas.profiling.report`: :func:`write_report` (``report.md`` + plots; matplotlib is
   imported only when a report is written).
-- :mod:`~gnnaas.profiling.cacheplan`: device feature-cache planning (``gnnaas cache-plan``), and
-  :mod:`~gnnaas.profiling.cachebudget`: the split of one cache budget over variants (no
-  matplotlib, no training code: the server imports both).
+- :mod:`~gnnaas.profiling.profiles`: the profiles as the router reads them (no matplotlib, no
+  training code: the server imports it, and :mod:`~gnnaas.profiling.curves` to re-time a curve).
+- :mod:`~gnnaas.profiling.cacheplan`: device feature-cache planning (``gnnaas cache-plan``); the
+  caches themselves are planned from its ranking by :mod:`gnnaas.runtime.caches`.
 
 Names resolve lazily (PEP 562): importing ``gnnaas.profiling.table`` does not load the profiler.
 """

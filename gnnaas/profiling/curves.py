@@ -133,7 +133,8 @@ class CurveTimer:
                         offset += 1
                         # A served batch follows other work (HTTP, the client), not a twin of
                         # itself: an idle gap before each timed batch measures it as served
-                        # (back to back, small batches ran ~0.4 ms faster than the server saw).
+                        # (back to back, small batches ran faster than the server saw them;
+                        # benchmarks/results/idle.md measures a batch's time after idle gaps).
                         time.sleep(_GAP_S)
                         ms, result = self.timed(handler, seeds)
                         path = getattr(handler, "path", None)

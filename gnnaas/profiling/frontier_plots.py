@@ -59,7 +59,7 @@ def accuracy_intervals(
 
     Left: validation and test accuracy with their intervals. Right: a forest plot of the paired
     difference to the most accurate variant, coloured by the smallest tolerance that admits the
-    variant (:func:`gnnaas.profiling.uncertainty.admissible`); the tolerances are dotted lines
+    variant (:func:`gnnaas.policy.admissible`); the tolerances are dotted lines
     at ``-N``, named on the top axis. The legend lists only the colours drawn.
 
     Args:

@@ -131,12 +131,12 @@ SERVICE_TIME_COLUMNS: tuple[str, ...] = (
     *SETTING_COLUMNS,
 )
 """Columns of ``service_times.csv``, in file order. ``sampling`` and ``sampler_seed`` name the
-serving sampler the curve was measured with (the server's ``GNNAAS_SAMPLING``/``GNNAAS_SEED``):
-a curve measured on another pipeline does not count as current. The execution settings
-(:data:`gnnaas.inference.settings.SETTING_COLUMNS`: threads, inline threshold, device, versions)
-are optional (older files read them as empty; columns of settings that no longer exist, such as
-``fused_forward`` and ``fast_sampler``, are dropped when read); a server whose settings differ
-re-times the curve or does not route the variant."""
+serving sampler the curve was measured with (:data:`gnnaas.runtime.SAMPLER` and the server's
+``GNNAAS_SEED``): a curve measured on another pipeline does not count as current. The execution
+settings (:data:`gnnaas.inference.settings.SETTING_COLUMNS`: threads, inline threshold, device,
+versions) are optional (older files read them as empty; columns of settings that no longer exist,
+such as ``fused_forward`` and ``fast_sampler``, are dropped when read); a server whose settings
+differ re-times the curve or does not route the variant."""
 
 _PROFILE_TEXT = {
     "fanouts",

@@ -1,8 +1,8 @@
 """Accuracy with its uncertainty, and the rule that turns a tolerance into a promise.
 
-A profiled accuracy is an estimate from a few hundred or thousand evaluation nodes: on Cora's 540
-validation nodes its standard error is about 1.5 points, as large as the tolerances clients ask
-for. This module attaches to every profile row
+A profiled accuracy is an estimate from a few hundred or thousand evaluation nodes: on a split of
+a few hundred nodes (Cora's validation set) its standard error, ``100·sqrt(p(1-p)/n)`` points, is
+as large as the tolerances clients ask for. This module attaches to every profile row
 
 - ``accuracy_lo``, ``accuracy_hi``: the 95% interval of the accuracy over the evaluation nodes
   (Wilson score interval for single-label accuracy; percentile bootstrap over nodes of the ratio
@@ -80,8 +80,8 @@ def wilson_interval(k: float, n: float, confidence: float = 0.95) -> tuple[float
         >>> [round(v, 2) for v in wilson_interval(8, 10)]
         [49.02, 94.33]
     """
-    # imported on first use: the server imports this module (for admissible) and should not
-    # pay for loading scipy.stats, which only the profiler needs
+    # imported on first use: the server imports this module (profiling.table reads its column
+    # names) and should not pay for loading scipy.stats, which only the profiler needs
     from scipy.stats import binomtest
 
     _check_confidence(confidence)

@@ -1,8 +1,9 @@
-"""A compiled (numba) depth sampler: the same sampled trees in microseconds, and faster in bulk.
+"""A compiled (numba) depth sampler: the same sampled trees, with no per-call overhead.
 
 :class:`~gnnaas.sampling.DepthSampler`'s torch path runs a few dozen vectorized torch calls per
-batch; for one seed that is about a millisecond of per-call overhead around microseconds of work,
-and for a thousand seeds the temporaries of those calls cost more than the draws. The kernel here
+batch; for one seed their per-call overhead is most of the time, and for a thousand seeds the
+temporaries of those calls cost more than the draws (``benchmarks/results/latency.md``,
+"Sampling", measures both paths). The kernel here
 walks the same computation tree in one compiled loop: for every (node, depth) row it takes the
 same neighbors as the torch path (all of them when the degree is at most the fanout, else Floyd's
 subset drawn from the same counter-based hash, :mod:`gnnaas.sampling.hashing`), so a node's

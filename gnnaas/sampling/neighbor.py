@@ -35,7 +35,8 @@ __all__ = ["NeighborSampler"]
 # The node-id -> local-id map is a dense vector that reads `unseen` for nodes not in the sample.
 # During relabelling, a not-yet-numbered neighbor temporarily holds `first` + the position of its
 # first appearance in the hop (below `unseen`, above any local id). int32 halves the memory
-# traffic of the map (~10% of a sample) and fits graphs with N + E < 2**30; int64 fits all.
+# traffic of the map (a visible part of a sample) and fits graphs with N + E < 2**30; int64 fits
+# all.
 _MAP_SENTINELS = {torch.int32: ((1 << 31) - 1, 1 << 30), torch.int64: (1 << 62, 1 << 61)}
 _POOL_SIZE = 8  # idle maps kept per sampler (one is in use per concurrent sample() call)
 
@@ -186,7 +187,8 @@ class NeighborSampler:
             nodes.append(new_nodes)
             lo, num = num, num + new_nodes.numel()
         n_id = torch.cat(nodes)
-        # Clean the map for the next call: a dense fill is ~40x cheaper per entry than a scatter.
+        # Clean the map for the next call: a dense fill is far cheaper per entry than a scatter,
+        # so a sample that touched more than a 32nd of the map refills it whole.
         if 32 * n_id.numel() >= mapping.numel():
             mapping.fill_(self._unseen)
         else:

@@ -83,7 +83,8 @@ def admit(
     slack; returns otherwise.
 
     ``load`` reads the variant's load now (only when ``selection`` holds no prediction);
-    ``speed`` is the device's measured speed at the request's batch size.
+    ``speed`` is the device's slowdown at the request's batch size
+    (:meth:`~gnnaas.serving.core.slowdown.Slowdown.at`).
     """
     profile = variant.profile
     if profile is None:  # never routed to; a pinned one is served as asked

@@ -215,7 +215,8 @@ class ServingMetrics:
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
         # Counter children by (counter, labels): a refusal is counted twice on the request path,
-        # and labels() costs a few microseconds a call (measured: ~3 us of a ~60 us refusal each).
+        # and each labels() call is a measurable part of a refusal's CPU, what shedding load
+        # costs (benchmarks/results/shed-cost.md measures a refusal against a served answer).
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._drift: dict[tuple[str, str], DriftRecord] = {}
 

@@ -3,10 +3,10 @@
 A profile's service curve holds for the settings it was measured under (threads, inline
 threshold, device, versions: :mod:`gnnaas.inference.settings`). When a
 server's differ, routing on the old curve would be silently wrong in shape, which the router's
-one device-wide speed factor cannot fix (a curve measured with two threads and served with one
-is slower at large batches and not at small ones). So before such a variant is routed the
-server times its curve again with its own batch handler, as the profiler does
-(:class:`gnnaas.profiling.curves.CurveTimer`, fewer runs), and replaces the curve;
+device-wide slowdown, common to every variant, cannot fix for one variant (a curve measured with
+two threads and served with one is slower at large batches and not at small ones). So before
+such a variant is routed the server times its curve again with its own batch handler, as the
+profiler does (:class:`gnnaas.profiling.curves.CurveTimer`, fewer runs), and replaces the curve;
 ``GET /v1/datasets/{d}/variants`` then shows ``retimed: true`` and the server's settings in the
 profile.
 """

@@ -96,8 +96,8 @@ def reuse_port_socket(address: tuple[Any, ...], family: int) -> socket.socket:
 
     Every worker listens on its own such socket and the kernel spreads new connections over
     them. One socket shared by the workers would not: the worker that wakes first accepts every
-    pending connection in one go, so a client opening its connections at once lands on one
-    worker (16 keep-alive connections: 2,992 of 3,000 requests on one of two workers).
+    pending connection in one go, so a client opening its keep-alive connections at once sends
+    nearly all its requests to one worker.
 
     Raises:
         OSError: the address is in use by a socket without ``SO_REUSEPORT``.
