@@ -176,7 +176,7 @@ def render(results: dict[str, Any]) -> str:
         "error| over the batch sizes: how far the curve itself is off (the figure a curve "
         "controls, and what the policy's choices depend on). *After the device factor*: the "
         "same per-size medians divided by one factor for the whole machine (the median of "
-        "measured / predicted over every variant and size; the server's own `Speed` factor "
+        "measured / predicted over every variant and size; the server's own `Slowdown` factor "
         "plays this role): a VM whose speed moved between the profiling minute and this one "
         "moves every curve alike, which this factor removes; what remains is the curves' error "
         "relative to each other.",

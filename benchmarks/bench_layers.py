@@ -86,9 +86,9 @@ REMEDIES = {
     "`await request.body()` and parses with `json.loads` + one `torch.tensor` would skip a "
     "validation pass. Beyond one process: more uvicorn workers (`--workers`) on more cores, "
     "each with its own variants.",
-    "policy": "`select_variant` scores every routable variant and the router's backlog walks "
-    "every variant's batcher on every request; cache the backlog per event-loop tick "
-    "(or per millisecond) and precompute the within-tolerance candidate lists per tolerance.",
+    "policy": "the decision (`DecisionTable.decide`) scores the admissible variants of the "
+    "request's tolerance against the load of the lanes with work; its memos (admissible sets, "
+    "an idle device's choice, profiled times per stream size) are what keep it cheap.",
     "queue (batcher)": "one asyncio future, one queue put/get and a thread hand-off "
     "(`run_in_executor`) per request and batch; a lower cost needs fewer hops, e.g. collecting "
     "directly into a list guarded by an Event instead of an `asyncio.Queue`.",
@@ -142,11 +142,9 @@ class _Source:
 # The router's functions that run the policy; not its ``predict``, which goes by the line it runs.
 _POLICY_FUNCS = (
     "select",
+    "decision_load",
     "load_snapshot",
-    "wait_ms",
-    "select_variant",
-    "candidates_within",
-    "scaled",
+    "_admit",
 )
 
 
@@ -197,7 +195,7 @@ _RULES = (
             (("tolist", "ExecResult", "append"), "serialization"),
         ),
     ),
-    _Rule("policy", suffixes=("gnnaas/serving/core/policy.py",)),
+    _Rule("policy", contains=("/gnnaas/policy/",)),
     _Rule(
         "queue (batcher)",
         suffixes=("gnnaas/serving/core/router.py",),

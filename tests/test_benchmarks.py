@@ -211,8 +211,8 @@ LINES = {
         (f"run ({EXECUTOR}:2)", "gather"),
         (f"run ({EXECUTOR}:3)", "serialization"),
         (f"run ({EXECUTOR}:4)", "forward"),
-        ("select_variant (/repo/gnnaas/serving/core/policy.py:7)", "policy"),
-        (f"Router.select_variant ({ROUTER}:9)", "policy"),
+        ("decide (/repo/gnnaas/policy/decision.py:7)", "policy"),
+        (f"Router.decision_load ({ROUTER}:9)", "policy"),
         (f"Router._on_batch ({ROUTER}:9)", "metrics"),
         (f"Router.predict ({ROUTER}:5)", "policy"),  # predict goes by its line
         (f"Router.predict ({ROUTER}:6)", "queue (batcher)"),

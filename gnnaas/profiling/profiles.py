@@ -180,7 +180,7 @@ def profile_of(
             return None, (
                 f"its service curve was measured with sampling={measured_with[0]} "
                 f"seed={measured_with[1]}, the server samples with sampling={sampling} "
-                f"seed={sampler_seed}; {hint} with the same GNNAAS_SAMPLING and GNNAAS_SEED"
+                f"seed={sampler_seed}; {hint} with the server's GNNAAS_SEED"
             )
     if profiles is None:
         return None, f"no readable profiles.csv; {hint}"
