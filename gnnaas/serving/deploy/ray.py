@@ -167,7 +167,8 @@ def _wait_running(
     start_timeout_s: float,
     stop: Callable[[], bool] | None,
 ) -> None:
-    """Waits until every application of ``targets`` runs, within bounds.
+    """Waits until every application of ``targets`` (as :func:`build_apps` orders them: the
+    catalog, which reserves no CPU, first) runs, within bounds.
 
     Raises:
         ConfigError: an application failed, a replica found no node within ``place_timeout_s``,
@@ -197,7 +198,12 @@ def _wait_running(
             return
         elapsed = time.monotonic() - started
         if elapsed > place_timeout_s:
+            # The catalog (first) reserves no CPU: a replica of it still without a process is
+            # starting, not waiting for room.
+            reserving = set(names[1:]) if replica_cpus > 0 else set()
             for app, status in waiting:
+                if app not in reserving:
+                    continue
                 for deployment in status.deployments if status is not None else ():
                     missing = _unplaced(app, deployment)
                     if missing:
