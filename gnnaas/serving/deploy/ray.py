@@ -176,46 +176,20 @@ def _wait_running(
         KeyboardInterrupt: ``stop()`` said to stop.
     """
     names = [t.name for t in targets]
+    # The catalog reserves no CPU: a replica of it still without a process is starting, not
+    # waiting for room.
+    reserving = set(names[1:]) if replica_cpus > 0 else set()
     started = time.monotonic()
     pause = 0.2
     while True:
         if stop is not None and stop():
             raise KeyboardInterrupt
-        apps = serve.status().applications
-        waiting = []
-        for app in names:
-            status = apps.get(app)
-            if status is not None and status.status == "RUNNING":
-                continue
-            if status is not None and status.status == "DEPLOY_FAILED":  # Serve gave up
-                messages = [d.message for d in status.deployments.values() if d.message]
-                raise ConfigError(
-                    f"Ray Serve could not start application '{app}': "
-                    f"{_last_line(messages[0] if messages else status.message)}"
-                )
-            waiting.append((app, status))
+        waiting = _not_running(names)
         if not waiting:
             return
         elapsed = time.monotonic() - started
         if elapsed > place_timeout_s:
-            # The catalog (first) reserves no CPU: a replica of it still without a process is
-            # starting, not waiting for room.
-            reserving = set(names[1:]) if replica_cpus > 0 else set()
-            for app, status in waiting:
-                if app not in reserving:
-                    continue
-                for deployment in status.deployments if status is not None else ():
-                    missing = _unplaced(app, deployment)
-                    if missing:
-                        free = float(ray.available_resources().get("CPU", 0.0))
-                        total = float(ray.cluster_resources().get("CPU", 0.0))
-                        raise ConfigError(
-                            f"Ray could not place {missing} replica(s) of application '{app}' "
-                            f"within {place_timeout_s:g} s: each needs {replica_cpus:g} CPU and "
-                            f"the cluster has {free:g} of its {total:g} CPUs free; ask for "
-                            "fewer replicas, reserve less per replica (--replica-cpus), or add "
-                            "nodes"
-                        )
+            _check_placed([w for w in waiting if w[0] in reserving], replica_cpus, place_timeout_s)
         if elapsed > start_timeout_s:
             raise ConfigError(
                 f"the applications {', '.join(a for a, _ in waiting)} did not start within "
@@ -223,6 +197,49 @@ def _wait_running(
             )
         time.sleep(pause)
         pause = min(pause * 1.5, 1.0)
+
+
+def _not_running(names: Sequence[str]) -> list[tuple[str, Any]]:
+    """The applications of ``names`` not running yet, with their status (``None``: not known
+    to Serve yet).
+
+    Raises:
+        ConfigError: Serve gave up on one.
+    """
+    apps = serve.status().applications
+    waiting = []
+    for app in names:
+        status = apps.get(app)
+        if status is not None and status.status == "RUNNING":
+            continue
+        if status is not None and status.status == "DEPLOY_FAILED":  # Serve gave up
+            messages = [d.message for d in status.deployments.values() if d.message]
+            raise ConfigError(
+                f"Ray Serve could not start application '{app}': "
+                f"{_last_line(messages[0] if messages else status.message)}"
+            )
+        waiting.append((app, status))
+    return waiting
+
+
+def _check_placed(
+    waiting: Sequence[tuple[str, Any]], replica_cpus: float, place_timeout_s: float
+) -> None:
+    """Raises :class:`ConfigError` when a replica of ``waiting`` found no node, with the CPUs it
+    needs and the cluster's free ones."""
+    for app, status in waiting:
+        for deployment in status.deployments if status is not None else ():
+            missing = _unplaced(app, deployment)
+            if missing:
+                free = float(ray.available_resources().get("CPU", 0.0))
+                total = float(ray.cluster_resources().get("CPU", 0.0))
+                raise ConfigError(
+                    f"Ray could not place {missing} replica(s) of application '{app}' "
+                    f"within {place_timeout_s:g} s: each needs {replica_cpus:g} CPU and "
+                    f"the cluster has {free:g} of its {total:g} CPUs free; ask for "
+                    "fewer replicas, reserve less per replica (--replica-cpus), or add "
+                    "nodes"
+                )
 
 
 def _wait_reported(name: str, apps: Sequence[str], timeout_s: float) -> None:
