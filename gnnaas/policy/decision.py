@@ -51,6 +51,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from gnnaas.policy.curve import ServiceCurve
 from gnnaas.policy.dominance import fastest_everywhere
@@ -60,6 +61,7 @@ __all__ = [
     "TIE_MARGIN",
     "DecisionTable",
     "LoadSnapshot",
+    "LoadView",
     "RequestSpec",
     "Selection",
     "VariantLoad",
@@ -172,6 +174,20 @@ class VariantLoad:
     slowdown: float = 1.0
     room_nodes: int = sys.maxsize
 
+    @classmethod
+    def busy(cls, queued_nodes: int, slowdown: float, room_nodes: int) -> VariantLoad:
+        """A busy lane's load in a decision (no wait or running time predicted), built without
+        the frozen dataclass's per-field checks (a decision may build a few per request)."""
+        self = object.__new__(cls)
+        self.__dict__.update(
+            wait_ms=0.0,
+            queued_nodes=queued_nodes,
+            running_ms=0.0,
+            slowdown=slowdown,
+            room_nodes=room_nodes,
+        )
+        return self
+
 
 @dataclass(frozen=True)
 class LoadSnapshot:
@@ -260,6 +276,15 @@ class LoadSnapshot:
         """The dataset's stream as the next batch will see it: ``max(waiting, running)``."""
         return max(self.waiting_nodes, self.running_nodes, 0)
 
+    def room(self, variant_id: str) -> int | None:
+        """The room of ``variant_id``'s queue when its lane has work, ``None`` when idle."""
+        own = self.variants.get(variant_id)
+        return None if own is None else own.room_nodes
+
+    def snapshot(self) -> LoadSnapshot:
+        """Itself: a snapshot is the :class:`LoadView` of a load measured in full."""
+        return self
+
     def load(self, variant_id: str, lookup: bool = False) -> VariantLoad:
         """The load of ``variant_id`` (idle at the snapshot's slowdown when not listed;
         ``lookup``: a precomputed variant's)."""
@@ -282,6 +307,35 @@ class LoadSnapshot:
         """:meth:`completion_ms` for a curve measured at ``slowdown`` (observed / profiled)."""
         serve = service.predict_batched(self.stream_nodes + num_nodes, self.max_batch_nodes)
         return max(0.0, self.ahead_ms) + slowdown * serve
+
+
+class LoadView(Protocol):
+    """What a decision reads of the load, measured only as far as it needs.
+
+    A decision whose answer no load can change (one admissible variant; a busy stream kept on
+    the variant fastest everywhere while its queue has room) reads only :attr:`current`,
+    :attr:`idle` and :meth:`room`; any other takes the full :meth:`snapshot`. A
+    :class:`LoadSnapshot` is its own view; the router's view measures its lanes only when a
+    snapshot is asked for, once per request.
+    """
+
+    @property
+    def current(self) -> str | None:
+        """The variant the dataset's stream is on (its last routed request)."""
+        ...
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs or waits on the device."""
+        ...
+
+    def room(self, variant_id: str) -> int | None:
+        """The room of ``variant_id``'s queue when its lane has work, ``None`` when idle."""
+        ...
+
+    def snapshot(self) -> LoadSnapshot:
+        """The load, measured in full."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -403,8 +457,8 @@ class DecisionTable:
     def decide(
         self,
         request: RequestSpec,
-        load: LoadSnapshot,
-        now: float = 0.0,
+        load: LoadView,
+        now: float,
         *,
         computed_only: bool = False,
     ) -> Selection:
@@ -412,9 +466,9 @@ class DecisionTable:
 
         Args:
             request (RequestSpec): nodes, tolerance and targets.
-            load (LoadSnapshot): the load measured for this decision.
-            now (float, optional): the time on the clock of ``request.deadline_at``.
-                (default: ``0.0``)
+            load (LoadView): the load of this decision (a :class:`LoadSnapshot`, or a view
+                that measures it only when the decision needs it).
+            now (float): the time on the clock of ``request.deadline_at``.
             computed_only (bool, optional): choose among the variants that compute (a request
                 with nodes a precomputed variant cannot answer). (default: ``False``)
 
@@ -428,13 +482,13 @@ class DecisionTable:
             if len(entry.ids) == 1:  # nothing to compare
                 return self._kept(entry, entry.ids[0])
             if load.idle:
-                return self._idle(entry, request.num_nodes, load)
+                return self._idle(entry, request.num_nodes, load.snapshot())
             current = load.current
             if current in entry.fastest:  # wins any load: kept while its lane has work and room
-                own = load.variants.get(current)  # type: ignore[arg-type]
-                if own is not None and own.room_nodes >= request.num_nodes:
+                room = load.room(current)  # type: ignore[arg-type]
+                if room is not None and room >= request.num_nodes:
                     return self._kept(entry, current)  # type: ignore[arg-type]
-        return self._timed(entry, request.num_nodes, target, load)
+        return self._timed(entry, request.num_nodes, target, load.snapshot())
 
     def _kept(self, entry: _Admissible, variant_id: str) -> Selection:
         """A choice that read no load (nothing predicted), one object per variant."""

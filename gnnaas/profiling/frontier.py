@@ -248,8 +248,8 @@ def tolerance_table(
     for tol in tolerances:
         for n in sizes:
             request = RequestSpec(int(n), tolerance=float(tol))
-            chosen = router.decide(request, idle)
-            fastest = fastest_first.decide(request, idle)
+            chosen = router.decide(request, idle, now=0.0)
+            fastest = fastest_first.decide(request, idle, now=0.0)
             pick = by_id[chosen.variant_id]
             base_ms = base.service.predict_batched(int(n))
             pick_ms = pick.service.predict_batched(int(n))  # idle: as profiled

@@ -582,7 +582,7 @@ def test_a_busy_stream_on_the_fastest_everywhere_is_kept_whatever_the_load() -> 
                     for nodes in (1, 64, 2000):
                         request = RequestSpec(nodes, 50.0, None)
                         assert plain_rule(request, cands, snap, margin)[0] == fastest
-                        kept = table.decide(request, snap)
+                        kept = table.decide(request, snap, now=0.0)
                         assert kept.variant_id == fastest and math.isnan(kept.predicted_ms)
 
 
@@ -619,7 +619,7 @@ def test_the_tables_memoized_paths_decide_as_the_plain_rule(margin: float) -> No
                 for nodes in (1, 4, 64, 2000):
                     for slo in (None, 0.3, 6.0):
                         request = RequestSpec(nodes, tol, slo)
-                        got = table.decide(request, snap)
+                        got = table.decide(request, snap, now=0.0)
                         want, want_ms = plain_rule(request, cands, snap, margin)
                         if math.isnan(got.predicted_ms):  # kept without reading the load
                             admitted = table.admissible(request.effective_tolerance)
@@ -652,11 +652,14 @@ def test_computed_only_leaves_the_lookups_out() -> None:
     cands = [*_candidates(), Candidate("sage-full-1x@exact", 90.0, ServiceCurve((1,), (0.1,)))]
     table = DecisionTable(cands, lookups=frozenset({"sage-full-1x@exact"}), tie_margin=0.1)
     request = RequestSpec(1, 0.0)
-    assert table.decide(request, LoadSnapshot()).variant_id == "sage-full-1x@exact"
-    assert table.decide(request, LoadSnapshot(), computed_only=True).variant_id == "sage-full-1x"
+    assert table.decide(request, LoadSnapshot(), now=0.0).variant_id == "sage-full-1x@exact"
+    assert (
+        table.decide(request, LoadSnapshot(), now=0.0, computed_only=True).variant_id
+        == "sage-full-1x"
+    )
     # a lookup is predicted at its own slowdown
     slow_lookup = LoadSnapshot(lookup_slowdown=100.0, ahead_ms=1.0)
-    assert table.decide(request, slow_lookup).variant_id == "sage-full-1x"
+    assert table.decide(request, slow_lookup, now=0.0).variant_id == "sage-full-1x"
     assert table.admissible(0.0) == table.admissible(0.0)  # computed once
 
 

@@ -37,7 +37,7 @@ from gnnaas.profiling.uncertainty import add_accuracy_intervals
 
 def _idle_pick(request: RequestSpec, candidates: Any, tie_margin: float = 0.1) -> Selection:
     """The router's decision on an idle device."""
-    return DecisionTable(candidates, tie_margin=tie_margin).decide(request, LoadSnapshot())
+    return DecisionTable(candidates, tie_margin=tie_margin).decide(request, LoadSnapshot(), now=0.0)
 
 
 def _with_intervals(rows: list[dict[str, Any]], n: int = 1000) -> list[dict[str, Any]]:

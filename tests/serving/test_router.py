@@ -24,7 +24,7 @@ def select_variant(
     request: RequestSpec, cands: Any, snapshot: LoadSnapshot, *, tie_margin: float = 0.0
 ) -> Selection:
     """The decision of a fresh table on ``snapshot``: nothing memoized, no shortcut kept."""
-    return DecisionTable(cands, tie_margin=tie_margin).decide(request, snapshot)
+    return DecisionTable(cands, tie_margin=tie_margin).decide(request, snapshot, now=0.0)
 
 
 @pytest.fixture

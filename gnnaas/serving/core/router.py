@@ -313,26 +313,28 @@ class Router:
             size = min(num_nodes, cap)
             lookup = slowdown.at(size, True) if lookups else 1.0
             return LoadSnapshot.measured(
-                0.0, 0, 0, {}, cap, current, slowdown.at(size), lookup, True
+                0.0, 0, 0, _NO_LOADS, cap, current, slowdown.at(size), lookup, True
             )
         ahead, waiting, running = 0.0, 0, 0
         busy: dict[str, Lane] = {}
+        lanes = self._gen.lanes
         for lane in self._busy:
             b = lane.batcher
             if b.in_flight_since is not None:
                 ahead += lane.running_ms(now)
-            if lane.dataset is dataset:
+            v = lane.variant.variant_id
+            if lane.dataset is dataset and lanes.get((dataset.name, v)) is lane:
                 waiting += b.queued_ahead(priority)
                 running += b.in_flight_nodes
-                busy[lane.variant.variant_id] = lane
-            elif b.queued_nodes:
+                busy[v] = lane
+            elif b.queued_nodes:  # other datasets' work, or a retired lane's still draining
                 ahead += lane.queued_ms()
         size = min(max(waiting, running) + num_nodes, cap)
         loads = {
-            v: VariantLoad(
-                queued_nodes=lane.batcher.queued_nodes,
-                slowdown=lane.slowdown_at(size),
-                room_nodes=lane.batcher.room_with_eviction(priority),
+            v: VariantLoad.busy(
+                lane.batcher.queued_nodes,
+                lane.slowdown_at(size),
+                lane.batcher.room_with_eviction(priority),
             )
             for v, lane in busy.items()
         }
@@ -419,14 +421,32 @@ class Router:
             OverloadedError: nothing is pinned and the dataset has no routable variant.
         """
         if pinned is not None:
-            variant = dataset.variants.get(pinned)
-            if variant is None:
-                known = ", ".join(dataset.variants)
-                raise NotFoundError(
-                    f"unknown variant {pinned!r} for dataset {dataset.name!r}; "
-                    f"known variants: {known}"
-                )
-            return variant, None
+            return _pinned(dataset, pinned), None
+        variant, selection, _ = self._decide(
+            dataset, num_nodes, tolerance, slo_ms, nodes, deadline_ms, priority, now
+        )
+        return variant, selection
+
+    def _decide(
+        self,
+        dataset: ServedDataset,
+        num_nodes: int,
+        tolerance: float | None,
+        slo_ms: float | None,
+        nodes: Sequence[int] | Tensor | None,
+        deadline_ms: float | None,
+        priority: str,
+        now: float | None,
+    ) -> tuple[ServingVariant, Selection, _Load]:
+        """:meth:`select`'s decision (nothing pinned), with the load view it read (which
+        deadline admission reads again, measured at most once)."""
+        if self._gen.registry.datasets.get(dataset.name) is not dataset:
+            raise OverloadedError(
+                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
+                "retry",
+                self.settings.retry_after_s,
+                cause="stopping",
+            )
         table = self._table(dataset)
         now = self.clock.now() if now is None else now
         if slo_ms is None and deadline_ms is None:
@@ -434,7 +454,7 @@ class Router:
         else:
             at = None if deadline_ms is None else now + deadline_ms / 1e3
             request = RequestSpec(num_nodes, tolerance, slo_ms, at)
-        load = self.decision_load(dataset, num_nodes, priority, now)
+        load = _Load(self, dataset, num_nodes, priority, now)
         selection = table.decide(request, load, now)
         variant = dataset.variants[selection.variant_id]
         answers = variant.answers
@@ -449,7 +469,7 @@ class Router:
                 selection = table.decide(request, load, now, computed_only=True)
                 variant = dataset.variants[selection.variant_id]
         self._gen.current[dataset.name] = selection.variant_id
-        return variant, selection
+        return variant, selection, load
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -489,19 +509,16 @@ class Router:
         if deadline_ms is not None:
             expires = (now if arrived is None else arrived) + deadline_ms / 1e3
             left_ms = (expires - now) * 1e3
-        variant, selection = self.select(
-            dataset,
-            num_nodes,
-            tolerance=tolerance,
-            slo_ms=slo_ms,
-            pinned=pinned,
-            nodes=nodes,
-            deadline_ms=left_ms,
-            priority=priority,
-            now=now,
-        )
+        selection: Selection | None
+        if pinned is not None:
+            variant, selection = _pinned(dataset, pinned), None
+            load = _Load(self, dataset, num_nodes, priority, now)
+        else:
+            variant, selection, load = self._decide(
+                dataset, num_nodes, tolerance, slo_ms, nodes, left_ms, priority, now
+            )
         if left_ms is not None and deadline_ms is not None:
-            self._admit(dataset, variant, selection, num_nodes, deadline_ms, left_ms, priority)
+            self._admit(load, variant, selection, deadline_ms, left_ms)
         lane = self._gen.lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
             # `dataset` is from a registry a reload has replaced: its caller awaited something
@@ -547,15 +564,15 @@ class Router:
 
     def _admit(
         self,
-        dataset: ServedDataset,
+        load: _Load,
         variant: ServingVariant,
         selection: Selection | None,
-        num_nodes: int,
         deadline_ms: float,
         left_ms: float,
-        priority: str,
     ) -> None:
-        """The deadline admission of a request (:func:`.deadlines.admit`), counted when shed."""
+        """The deadline admission of a request (:func:`.deadlines.admit`), counted when shed;
+        it reads the load its decision read (measured then, or now if it was not)."""
+        dataset, priority, num_nodes = load.dataset, load.priority, load.num_nodes
         size = min(num_nodes, self.settings.max_batch_nodes)
         try:
             admit(
@@ -565,11 +582,70 @@ class Router:
                 deadline_ms,
                 left_ms,
                 priority,
-                load=lambda: self.decision_load(dataset, num_nodes, priority),
-                speed=self.slowdown.at(size, variant.answers is not None),
+                load=load.snapshot,
+                speed=self.slowdown.at(size, variant.lookup),
                 max_batch_nodes=self.settings.max_batch_nodes,
                 retry_after_s=self.settings.retry_after_s,
             )
         except OverloadedError:
             self.metrics.admitted(dataset.name, priority, "shed_deadline")
             raise
+
+
+_NO_LOADS: dict[str, VariantLoad] = {}  # an idle device's per-variant loads (none), never changed
+
+
+def _pinned(dataset: ServedDataset, variant_id: str) -> ServingVariant:
+    """The variant a request pins with ``X-Variant``.
+
+    Raises:
+        NotFoundError: the dataset has no such variant.
+    """
+    variant = dataset.variants.get(variant_id)
+    if variant is None:
+        known = ", ".join(dataset.variants)
+        raise NotFoundError(
+            f"unknown variant {variant_id!r} for dataset {dataset.name!r}; known variants: {known}"
+        )
+    return variant
+
+
+class _Load:
+    """The load a decision reads (:class:`~gnnaas.policy.LoadView`), measured only when the
+    decision needs it, then once: the stream's variant and the room of a busy lane are read
+    directly, the full :meth:`Router.decision_load` on the first :meth:`snapshot`."""
+
+    __slots__ = ("_snapshot", "dataset", "now", "num_nodes", "priority", "router")
+
+    def __init__(
+        self, router: Router, dataset: ServedDataset, num_nodes: int, priority: str, now: float
+    ) -> None:
+        self.router, self.dataset, self.num_nodes = router, dataset, num_nodes
+        self.priority, self.now = priority, now
+        self._snapshot: LoadSnapshot | None = None
+
+    @property
+    def current(self) -> str | None:
+        """The variant the dataset's stream is on."""
+        return self.router._gen.current.get(self.dataset.name)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs or waits on the device."""
+        return not self.router._busy
+
+    def room(self, variant_id: str) -> int | None:
+        """The room of ``variant_id``'s lane for this request's priority while it has work."""
+        router = self.router
+        lane = router._gen.lanes.get((self.dataset.name, variant_id))
+        if lane is None or lane not in router._busy:
+            return None
+        return lane.batcher.room_with_eviction(self.priority)
+
+    def snapshot(self) -> LoadSnapshot:
+        """The load measured in full (:meth:`Router.decision_load`), at the decision's time."""
+        if self._snapshot is None:
+            self._snapshot = self.router.decision_load(
+                self.dataset, self.num_nodes, self.priority, self.now
+            )
+        return self._snapshot
