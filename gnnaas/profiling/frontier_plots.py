@@ -18,6 +18,7 @@ import pandas as pd
 from gnnaas.policy import admissible
 from gnnaas.profiling._figures import (
     ARCH_MARKERS,
+    MAX_WIDTH_IN,
     arch_handles,
     figure,
     plain_log_axis,
@@ -209,11 +210,14 @@ def tolerance(table: pd.DataFrame, path: Path, *, dataset: str, tie_margin: floa
 
     Returns:
         Path: ``path``.
+
+    Raises:
+        ValueError: ``table`` is empty (no variant has a service curve: nothing is routed).
     """
     from matplotlib.patches import Patch
 
     if table.empty:
-        return _nothing_routed(path, dataset)
+        raise ValueError(f"tolerance: table must hold a pick (got an empty one for {dataset!r})")
     tolerances = list(dict.fromkeys(table["tolerance"]))
     sizes = list(dict.fromkeys(table["num_nodes"]))
     step = len(sizes) + 0.8
@@ -264,22 +268,6 @@ def tolerance(table: pd.DataFrame, path: Path, *, dataset: str, tie_margin: floa
     ax.set_title(
         f"{dataset}: the idle router's pick per tolerance (tie margin {tie_margin:g})", fontsize=11
     )
-    return save_png(fig, path)
-
-
-def _nothing_routed(path: Path, dataset: str) -> Path:
-    fig, axes = figure(6.0, 2.0)
-    ax = axes[0][0]
-    ax.set_axis_off()
-    ax.text(
-        0.5,
-        0.5,
-        "no variant has a service curve (service_times.csv):\nthe router routes "
-        "to none; run `gnnaas profile` again",
-        ha="center",
-        va="center",
-    )
-    ax.set_title(dataset)
     return save_png(fig, path)
 
 
@@ -352,17 +340,20 @@ def pareto(
 
     Returns:
         Path: ``path``.
+
+    Raises:
+        ValueError: ``frontier`` is empty (no variant has a service curve).
     """
     from matplotlib.lines import Line2D
 
     if frontier.empty:
-        return _nothing_routed(path, dataset)
+        raise ValueError(f"pareto: frontier must hold a variant (got an empty one for {dataset!r})")
     info = val.drop_duplicates("variant").set_index("variant")[["arch", "prune"]]
     points = frontier.join(info, on="variant")
     front = points[points["on_frontier"]].sort_values(f"service_ms_{sizes[-1]}")
     number = {v: i for i, v in enumerate(front["variant"], start=1)}
     fig, axes = figure(
-        5.0 * len(sizes) + 3.6,
+        min(MAX_WIDTH_IN, 5.0 * len(sizes) + 3.6),
         max(5.4, 3.4 + 0.13 * len(front)),
         1,
         len(sizes) + 1,
