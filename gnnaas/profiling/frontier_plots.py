@@ -81,7 +81,15 @@ def accuracy_intervals(
     _accuracy_panel(left, order, test.set_index("variant").reindex(order["variant"]))
     has_pairs = "diff_best_lo" in order.columns and order["diff_best_lo"].notna().any()
     if has_pairs:
-        _paired_difference_panel(right, order, tolerances)
+        handles = _paired_difference_panel(right, order, tolerances)
+        # under the panels: inside, it would cover the bars of the last (least accurate) rows
+        fig.legend(
+            handles=handles,
+            loc="outside lower right",
+            ncols=len(handles),
+            fontsize=8,
+            frameon=False,
+        )
     else:
         right.text(
             0.5,
@@ -131,9 +139,12 @@ def _accuracy_panel(ax: Any, order: pd.DataFrame, test_by: pd.DataFrame) -> None
     ax.set_title("accuracy per variant")
 
 
-def _paired_difference_panel(ax: Any, order: pd.DataFrame, tolerances: Sequence[float]) -> None:
+def _paired_difference_panel(
+    ax: Any, order: pd.DataFrame, tolerances: Sequence[float]
+) -> list[Any]:
     """The forest plot of each variant's paired difference to the best, coloured by the smallest
-    tolerance that admits it, with the tolerances as dotted lines named on a top axis."""
+    tolerance that admits it, with the tolerances as dotted lines named on a top axis; returns
+    the legend entries of the colours drawn."""
     drawn: set[int | None] = set()
     for y, r in enumerate(order.itertuples()):
         first = _first_admitting(r, tolerances)
@@ -158,12 +169,12 @@ def _paired_difference_panel(ax: Any, order: pd.DataFrame, tolerances: Sequence[
     top = ax.secondary_xaxis("top")
     top.set_xticks([-float(t) for t in tolerances], [f"{t:g}" for t in tolerances], fontsize=8)
     top.set_xlabel("tolerance N (points; dotted lines at −N)", fontsize=8)
-    ax.legend(handles=_admission_handles(drawn, tolerances), fontsize=8, loc="lower right")
     best = order["best_variant"].dropna()
     ax.set_title(f"paired difference to the best ({best.iloc[0] if len(best) else '?'})")
     ax.set_xlabel("validation accuracy minus the best's (points), paired 95% interval")
     lo = float(min(order["diff_best_lo"].min(), -max(tolerances))) - 0.5
     ax.set_xlim(lo, max(float(order["diff_best_hi"].max()), 0.0) + 0.5)
+    return _admission_handles(drawn, tolerances)
 
 
 def _admission_handles(drawn: set[int | None], tolerances: Sequence[float]) -> list[Any]:
