@@ -209,7 +209,7 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "")
             )
         values = pd.concat([val[measured], val[predicted]])
         values = values[values > 0]
-        subs = (1.0, 2.0, 5.0)
+        subs: tuple[float, ...] = (1.0, 2.0, 5.0)
         if not values.empty:
             lo, hi = float(values.min()) / 1.5, float(values.max()) * 1.5
             ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="predicted = measured")
