@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -622,3 +623,29 @@ def test_profile_says_what_it_does_after_its_bar(
     ]
     bar = [i for i, line in enumerate(lines) if line.startswith(f"profile {small_store.name}:")]
     assert bar and lines.index(said[-3]) > max(bar)  # after the bar's last line
+
+
+def test_generate_reports_epochs_as_they_finish(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every trained model says its epochs while it trains (``key: value`` lines: stderr is not a
+    terminal here): its first and its last, before the next model starts."""
+    argv = ["--threads", "1", "generate", "--dataset", "synth-small", "--device", "cpu"]
+    argv += ["--out", str(tmp_path), "--arch", "sage", "--ranking", "greedy", "--prune", "1", "2"]
+    assert main([*argv, "--axes", "features", "--epochs", "2"]) == 0
+    out, err = capsys.readouterr()
+    lines = [part for line in err.splitlines() for part in line.split("\r")]
+    epochs = [line.split()[1:4:2] for line in lines if line.startswith("variant: ")]
+    assert epochs == [
+        ["sage-full-1x", "001/002"],
+        ["sage-full-1x", "002/002"],
+        ["sage-greedy-2x", "001/002"],
+        ["sage-greedy-2x", "002/002"],
+    ]
+    last = next(line for line in lines if line.startswith("variant: sage-greedy-2x  epoch: 002"))
+    assert re.fullmatch(
+        r"variant: sage-greedy-2x  epoch: 002/002  loss: \d\.\d{4}  val_acc: 0\.\d{4}  "
+        r"epoch_s: \d+\.\d{3}  best_epoch: 00[12]  best_val_acc: 0\.\d{4}",
+        last,
+    )
+    assert [row.split()[0] for row in out.splitlines()[2:]] == ["sage-full-1x", "sage-greedy-2x"]

@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = [
     "gnnaas.variants.training",
     "gnnaas.variants.pipeline",
+    "gnnaas.variants.progress",
     "gnnaas.profiling.profiler",
     "gnnaas.profiling.measurement",
     "gnnaas.profiling.report",

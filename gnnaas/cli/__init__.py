@@ -17,7 +17,10 @@ given to the server's settings, so every other ``GNNAAS_*`` server setting appli
 
 Long commands (train, generate, profile, prepare) print one line per phase on stderr and show a
 progress bar per phase, also when stderr is not a terminal (then refreshed every few seconds, so
-logs stay short); ``-q``/``--quiet`` silences both.
+logs stay short); ``-q``/``--quiet`` silences both. ``generate`` and ``prepare`` also show each
+model's epochs as they finish (the bar's postfix on a terminal, ``key: value`` lines otherwise)
+and, after a plan's first epoch, an estimate when it may take long
+(:mod:`gnnaas.variants.progress`).
 
 The commands live in one module per group: :mod:`gnnaas.cli.data` (datasets, import),
 :mod:`gnnaas.cli.variants` (train, generate, variants add), :mod:`gnnaas.cli.profiling` (profile,

@@ -20,6 +20,7 @@ from gnnaas.cli.common import (
     _start,
 )
 from gnnaas.errors import ConfigError
+from gnnaas.variants.progress import LONG_PLAN_S
 
 __all__ = ["add_parsers"]
 
@@ -277,7 +278,10 @@ def add_parsers(sub: Any) -> None:
         "generate",
         help="train the 1x model, rank features, train pruned variants",
         description="Train the 1x model, rank its input features and train the pruned variants "
-        "into the variant repository; variants already there are kept unless --force.",
+        "into the variant repository; variants already there are kept unless --force. Each "
+        "model's epochs are shown as they finish (loss, validation accuracy, seconds per epoch), "
+        f"and a plan that may train for more than {LONG_PLAN_S / 60:g} minutes says so after its "
+        "first epoch, with an estimate.",
     )
     _add_data_args(p)
     p.add_argument(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ARCH_MARKERS",
     "DPI",
+    "MAX_WIDTH_IN",
     "arch_handles",
     "figure",
     "plain_log_axis",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 DPI = 120
+MAX_WIDTH_IN = 13.0
+"""The widest figure, in inches: 1560 px at :data:`DPI`, which a page shows without shrinking
+its 8-point labels out of reading."""
 ARCH_MARKERS = {"sage": "o", "gin": "s"}
 _PRUNE_COLORS = {1: "#1b9e77", 2: "#d95f02", 4: "#7570b3", 8: "#e7298a"}
 

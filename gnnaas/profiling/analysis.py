@@ -1,11 +1,11 @@
 """The report's tables: plain pandas over ``profiles.csv``, tested on their own.
 
-:func:`ranking_gaps` (greedy and lasso against random), :func:`val_test_gaps` (validation profile
-against the test split, with the sampling noise of each), :func:`perfmodel_ratios` and
-:func:`perfmodel_caption` (the analytical model against the measurements), :func:`paired_width`,
-:func:`trained` (which rows are trained, not derived, variants) and :func:`display_order`, the
-order the report lists variants in. The router's picks and frontier are in
-:mod:`gnnaas.profiling.frontier`.
+:func:`ranking_gaps` and :func:`comparable_prunes` (greedy and lasso against random),
+:func:`val_test_gaps` (validation profile against the test split, with the sampling noise of
+each), :func:`perfmodel_ratios`, :func:`perfmodel_caption` and :func:`ratio_text` (the analytical
+model against the measurements), :func:`paired_width`, :func:`trained` (which rows are trained,
+not derived, variants) and :func:`display_order`, the order the report lists variants in. The
+router's picks and frontier are in :mod:`gnnaas.profiling.frontier`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from gnnaas.stats import median
 
 __all__ = [
     "VAL_TEST_TOLERANCE",
+    "comparable_prunes",
     "display_order",
     "paired_width",
     "perfmodel_caption",
     "perfmodel_ratios",
     "ranking_gaps",
+    "ratio_text",
     "trained",
     "val_test_gaps",
 ]
@@ -107,6 +109,22 @@ def ranking_gaps(df: pd.DataFrame, *, split: str = "test") -> pd.DataFrame:
     return wide
 
 
+def comparable_prunes(gaps: pd.DataFrame) -> list[int]:
+    """The prune factors at which some architecture has a random-ranked variant and a greedy or
+    lasso one: those a ranking comparison can be drawn at.
+
+    Args:
+        gaps (pandas.DataFrame): :func:`ranking_gaps` output.
+
+    Returns:
+        list[int]: sorted prune factors (empty: nothing to compare).
+    """
+    if gaps.empty:
+        return []
+    both = gaps["random"].notna() & (gaps["greedy"].notna() | gaps["lasso"].notna())
+    return sorted({int(k) for k in gaps.loc[both, "prune"]})
+
+
 def val_test_gaps(df: pd.DataFrame) -> pd.DataFrame:
     """Validation vs test accuracy per variant, with the sampling noise of each split.
 
@@ -140,10 +158,6 @@ def val_test_gaps(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _fmt(value: float, digits: int = 2) -> str:
-    return f"{value:.{digits}f}" if math.isfinite(value) else "n/a"
-
-
 def perfmodel_ratios(val: pd.DataFrame) -> tuple[float, float]:
     """Median predicted/measured ratio of comm and of comp over the variants.
 
@@ -162,6 +176,25 @@ def perfmodel_ratios(val: pd.DataFrame) -> tuple[float, float]:
     return ratio("pred_comm_ms", "comm_ms"), ratio("pred_comp_ms", "comp_ms")
 
 
+def ratio_text(ratio: float) -> str:
+    """A predicted/measured ratio as the report and its plot both write it: two significant
+    digits and an ``x`` (``0.011x``, ``1.3x``, ``12x``), ``n/a`` when nothing was measured.
+
+    Args:
+        ratio (float): the ratio.
+
+    Returns:
+        str: its text.
+
+    Example:
+        >>> ratio_text(0.01074), ratio_text(1.25), ratio_text(float("nan"))
+        ('0.011x', '1.2x', 'n/a')
+    """
+    if not math.isfinite(ratio):
+        return "n/a"
+    return f"{ratio:.2g}x" if abs(ratio) < 100 else f"{ratio:.0f}x"
+
+
 def perfmodel_caption(val: pd.DataFrame) -> str:
     """What the perf-model plot compares and why predicted and measured may differ.
 
@@ -175,7 +208,8 @@ def perfmodel_caption(val: pd.DataFrame) -> str:
     text = (
         "BW and OPS are calibrated on this machine by micro-benchmarks (a feature gather plus "
         "host-to-device copy for BW, one large dense matmul for OPS), not fitted to these "
-        f"measurements. Median predicted/measured: comm {_fmt(comm)}x, comp {_fmt(comp)}x."
+        "measurements. Median predicted/measured: "
+        f"comm {ratio_text(comm)}, comp {ratio_text(comp)}."
     )
     if math.isfinite(comp) and comp < 0.5:
         text += (

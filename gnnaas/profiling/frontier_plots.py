@@ -18,6 +18,7 @@ import pandas as pd
 from gnnaas.policy import admissible
 from gnnaas.profiling._figures import (
     ARCH_MARKERS,
+    MAX_WIDTH_IN,
     arch_handles,
     figure,
     plain_log_axis,
@@ -80,7 +81,15 @@ def accuracy_intervals(
     _accuracy_panel(left, order, test.set_index("variant").reindex(order["variant"]))
     has_pairs = "diff_best_lo" in order.columns and order["diff_best_lo"].notna().any()
     if has_pairs:
-        _paired_difference_panel(right, order, tolerances)
+        handles = _paired_difference_panel(right, order, tolerances)
+        # under the panels: inside, it would cover the bars of the last (least accurate) rows
+        fig.legend(
+            handles=handles,
+            loc="outside lower right",
+            ncols=len(handles),
+            fontsize=8,
+            frameon=False,
+        )
     else:
         right.text(
             0.5,
@@ -130,9 +139,12 @@ def _accuracy_panel(ax: Any, order: pd.DataFrame, test_by: pd.DataFrame) -> None
     ax.set_title("accuracy per variant")
 
 
-def _paired_difference_panel(ax: Any, order: pd.DataFrame, tolerances: Sequence[float]) -> None:
+def _paired_difference_panel(
+    ax: Any, order: pd.DataFrame, tolerances: Sequence[float]
+) -> list[Any]:
     """The forest plot of each variant's paired difference to the best, coloured by the smallest
-    tolerance that admits it, with the tolerances as dotted lines named on a top axis."""
+    tolerance that admits it, with the tolerances as dotted lines named on a top axis; returns
+    the legend entries of the colours drawn."""
     drawn: set[int | None] = set()
     for y, r in enumerate(order.itertuples()):
         first = _first_admitting(r, tolerances)
@@ -157,12 +169,12 @@ def _paired_difference_panel(ax: Any, order: pd.DataFrame, tolerances: Sequence[
     top = ax.secondary_xaxis("top")
     top.set_xticks([-float(t) for t in tolerances], [f"{t:g}" for t in tolerances], fontsize=8)
     top.set_xlabel("tolerance N (points; dotted lines at −N)", fontsize=8)
-    ax.legend(handles=_admission_handles(drawn, tolerances), fontsize=8, loc="lower right")
     best = order["best_variant"].dropna()
     ax.set_title(f"paired difference to the best ({best.iloc[0] if len(best) else '?'})")
     ax.set_xlabel("validation accuracy minus the best's (points), paired 95% interval")
     lo = float(min(order["diff_best_lo"].min(), -max(tolerances))) - 0.5
     ax.set_xlim(lo, max(float(order["diff_best_hi"].max()), 0.0) + 0.5)
+    return _admission_handles(drawn, tolerances)
 
 
 def _admission_handles(drawn: set[int | None], tolerances: Sequence[float]) -> list[Any]:
@@ -209,11 +221,14 @@ def tolerance(table: pd.DataFrame, path: Path, *, dataset: str, tie_margin: floa
 
     Returns:
         Path: ``path``.
+
+    Raises:
+        ValueError: ``table`` is empty (no variant has a service curve: nothing is routed).
     """
     from matplotlib.patches import Patch
 
     if table.empty:
-        return _nothing_routed(path, dataset)
+        raise ValueError(f"tolerance: table must hold a pick (got an empty one for {dataset!r})")
     tolerances = list(dict.fromkeys(table["tolerance"]))
     sizes = list(dict.fromkeys(table["num_nodes"]))
     step = len(sizes) + 0.8
@@ -264,22 +279,6 @@ def tolerance(table: pd.DataFrame, path: Path, *, dataset: str, tie_margin: floa
     ax.set_title(
         f"{dataset}: the idle router's pick per tolerance (tie margin {tie_margin:g})", fontsize=11
     )
-    return save_png(fig, path)
-
-
-def _nothing_routed(path: Path, dataset: str) -> Path:
-    fig, axes = figure(6.0, 2.0)
-    ax = axes[0][0]
-    ax.set_axis_off()
-    ax.text(
-        0.5,
-        0.5,
-        "no variant has a service curve (service_times.csv):\nthe router routes "
-        "to none; run `gnnaas profile` again",
-        ha="center",
-        va="center",
-    )
-    ax.set_title(dataset)
     return save_png(fig, path)
 
 
@@ -352,17 +351,20 @@ def pareto(
 
     Returns:
         Path: ``path``.
+
+    Raises:
+        ValueError: ``frontier`` is empty (no variant has a service curve).
     """
     from matplotlib.lines import Line2D
 
     if frontier.empty:
-        return _nothing_routed(path, dataset)
+        raise ValueError(f"pareto: frontier must hold a variant (got an empty one for {dataset!r})")
     info = val.drop_duplicates("variant").set_index("variant")[["arch", "prune"]]
     points = frontier.join(info, on="variant")
     front = points[points["on_frontier"]].sort_values(f"service_ms_{sizes[-1]}")
     number = {v: i for i, v in enumerate(front["variant"], start=1)}
     fig, axes = figure(
-        5.0 * len(sizes) + 3.6,
+        min(MAX_WIDTH_IN, 5.0 * len(sizes) + 3.6),
         max(5.4, 3.4 + 0.13 * len(front)),
         1,
         len(sizes) + 1,

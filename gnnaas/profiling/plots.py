@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gnnaas import stats
 from gnnaas.profiling._figures import (
     ARCH_MARKERS,
+    MAX_WIDTH_IN,
     arch_handles,
     figure,
     plain_log_axis,
@@ -25,7 +25,7 @@ from gnnaas.profiling._figures import (
     save_png,
     short_label,
 )
-from gnnaas.profiling.analysis import trained
+from gnnaas.profiling.analysis import comparable_prunes, perfmodel_ratios, ratio_text
 
 __all__ = ["latency_breakdown", "perfmodel", "rankings", "val_vs_test"]
 
@@ -33,7 +33,12 @@ _COMM_COLOR, _COMP_COLOR = "#4c72b0", "#dd8452"
 
 
 def latency_breakdown(val: pd.DataFrame, path: Path, *, dataset: str) -> Path:
-    """Stacked comm and comp p50 of every variant, one panel per architecture.
+    """Stacked comm and comp p50 of every variant, one horizontal bar each, one panel per
+    architecture.
+
+    The variants run down the panels (their names read horizontally, however many there are);
+    the figure is at most :data:`~gnnaas.profiling._figures.MAX_WIDTH_IN` wide and grows in
+    height, and the legend sits under the panels, clear of the bars.
 
     Args:
         val (pandas.DataFrame): validation rows, in display order.
@@ -44,29 +49,30 @@ def latency_breakdown(val: pd.DataFrame, path: Path, *, dataset: str) -> Path:
         Path: ``path``.
     """
     archs = sorted(val["arch"].unique())
-    fig, axes = figure(max(7.0, 0.45 * len(val) + 3), 4.8, 1, len(archs), sharey=True)
+    rows = max(int((val["arch"] == arch).sum()) for arch in archs)
+    width = min(MAX_WIDTH_IN, 1.6 + 5.4 * len(archs))
+    fig, axes = figure(width, 1.9 + 0.2 * rows, 1, len(archs), sharex=True)
     for ax, arch in zip(axes[0], archs, strict=True):
         part = val[val["arch"] == arch]
-        labels = [short_label(r.variant, r.arch) for r in part.itertuples()]
-        xs = range(len(part))
-        ax.bar(xs, part["comm_ms"], color=_COMM_COLOR, label="comm (gather + copies)")
-        ax.bar(xs, part["comp_ms"], bottom=part["comm_ms"], color=_COMP_COLOR, label="comp")
-        ax.set_xticks(list(xs), labels, rotation=60, ha="right", fontsize=8)
+        ys = list(range(len(part)))
+        comm, comp = part["comm_ms"].fillna(0.0), part["comp_ms"].fillna(0.0)
+        ax.barh(ys, comm, height=0.75, color=_COMM_COLOR, label="comm (gather + copies)")
+        bars = ax.barh(ys, comp, left=comm, height=0.75, color=_COMP_COLOR, label="comp (forward)")
+        totals = [f"{v:.3g}" if math.isfinite(v) else "n/a" for v in part["latency_ms"]]
+        ax.bar_label(bars, labels=totals, fontsize=7, padding=2)
+        ax.set_yticks(ys, [short_label(r.variant, r.arch) for r in part.itertuples()], fontsize=8)
+        ax.set_ylim(len(part) - 0.4, -0.6)  # the display order, top down
         ax.set_title(arch.upper())
-        ax.set_xlabel("variant")
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("latency p50 (ms)")
-    axes[0][0].legend(loc="upper right", fontsize=8)
-    ratios = []
-    for arch in archs:
-        part = val[val["arch"] == arch]
-        part = part[trained(part)]  # a derived variant changes more than the prune factor
-        full, most = part[part["prune"] == 1], part[part["prune"] == part["prune"].max()]
-        if not full.empty and int(part["prune"].max()) > 1:
-            ratio = 100 * most["latency_ms"].mean() / full["latency_ms"].mean()
-            ratios.append(f"{arch.upper()} {int(part['prune'].max())}x at {ratio:.0f} % of 1x")
-    summary = f" ({', '.join(ratios)})" if ratios else ""
-    fig.suptitle(f"{dataset}: latency = comm + comp per variant, validation batches{summary}")
+        ax.set_xlabel("latency p50 (ms)")
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.12)  # room for the totals right of the longest bar
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    batch = int(val["batch_size"].iloc[0])
+    fig.suptitle(
+        f"{dataset}: latency per variant, batches of {batch} target nodes (validation, p50)",
+        fontsize=11,
+    )
     return save_png(fig, path)
 
 
@@ -81,43 +87,46 @@ def rankings(gaps: pd.DataFrame, path: Path, *, dataset: str, prune: int = 4) ->
 
     Returns:
         Path: ``path``.
+
+    Raises:
+        ValueError: no architecture has a random-ranked variant at ``prune`` to compare with
+            (:func:`~gnnaas.profiling.analysis.comparable_prunes` lists those that do).
     """
+    part = gaps[(gaps["prune"] == prune) & gaps["random"].notna()]
+    if part.empty:
+        raise ValueError(
+            f"rankings: no random-ranked {prune}x variant to compare with (got prune={prune}; "
+            f"comparable: {comparable_prunes(gaps) or 'none'})"
+        )
     fig, axes = figure(6.0, 4.2)
     ax = axes[0][0]
-    part = gaps[gaps["prune"] == prune] if not gaps.empty else gaps
-    if part.empty or part["random"].isna().all():
-        what = "variants with rankings" if part.empty else "random-ranked variants to compare"
-        ax.text(0.5, 0.5, f"no {prune}x {what}", ha="center", va="center")
-        ax.set_axis_off()
-    else:
-        archs = list(part["arch"])
-        for i, (column, color) in enumerate(
-            (("greedy_gain", "#4c72b0"), ("lasso_gain", "#55a868"))
-        ):
-            xs = [j + (i - 0.5) * 0.38 for j in range(len(archs))]
-            values = part[column].fillna(0.0)
-            bars = ax.bar(xs, values, width=0.38, color=color, label=column.split("_")[0])
-            ax.bar_label(
-                bars,
-                labels=[
-                    "n/a" if math.isnan(v) else f"{v:+.1f}" for v in part[column].astype(float)
-                ],
-                fontsize=8,
-                padding=2,
-            )
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_xticks(range(len(archs)), [a.upper() for a in archs])
-        ax.set_xlabel("architecture")
-        ax.set_ylabel(f"{prune}x test accuracy minus random {prune}x (points)")
-        ax.legend(title="ranking", fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-        ax.margins(y=0.2)
+    archs = list(part["arch"])
+    for i, (column, color) in enumerate((("greedy_gain", "#4c72b0"), ("lasso_gain", "#55a868"))):
+        xs = [j + (i - 0.5) * 0.38 for j in range(len(archs))]
+        values = part[column].fillna(0.0)
+        bars = ax.bar(xs, values, width=0.38, color=color, label=column.split("_")[0])
+        ax.bar_label(
+            bars,
+            labels=["n/a" if math.isnan(v) else f"{v:+.1f}" for v in part[column].astype(float)],
+            fontsize=8,
+            padding=2,
+        )
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(archs)), [a.upper() for a in archs])
+    ax.set_xlabel("architecture")
+    ax.set_ylabel(f"{prune}x test accuracy minus random {prune}x (points)")
+    ax.legend(title="ranking", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.2)
     ax.set_title(f"{dataset}: feature rankings vs random at {prune}x pruning")
     return save_png(fig, path)
 
 
 def val_vs_test(val: pd.DataFrame, test: pd.DataFrame, path: Path, *, dataset: str) -> Path:
     """Validation profile (points) vs test results (mean ± 1 std) for accuracy and latency.
+
+    One row per variant, down two panels side by side (accuracy, latency) that share the variant
+    names; the legend sits under the panels.
 
     Args:
         val (pandas.DataFrame): validation rows, in display order.
@@ -129,40 +138,44 @@ def val_vs_test(val: pd.DataFrame, test: pd.DataFrame, path: Path, *, dataset: s
         Path: ``path``.
     """
     test_by = test.set_index("variant").reindex(val["variant"])
-    fig, axes = figure(max(8.0, 0.42 * len(val) + 2), 7.0, 2, 1, sharex=True)
-    xs = list(range(len(val)))
-    shifted = [x + 0.18 for x in xs]
+    n = len(val)
+    fig, axes = figure(min(MAX_WIDTH_IN, 11.0), 2.0 + 0.2 * n, 1, 2, sharey=True)
+    ys = list(range(n))
+    shifted = [y + 0.3 for y in ys]
     panels = (
-        ("accuracy", "accuracy_std", "accuracy (%)", "test mean ± 1 std over batches"),
-        ("latency_ms", "latency_std_ms", "latency p50 (ms)", "test p50 ± 1 std over runs"),
+        ("accuracy", "accuracy_std", "accuracy (%)"),
+        ("latency_ms", "latency_std_ms", "latency p50 (ms)"),
     )
-    for ax, (column, std, ylabel, test_label) in zip(axes[:, 0], panels, strict=True):
+    for ax, (column, std, xlabel) in zip(axes[0], panels, strict=True):
         ax.errorbar(
-            shifted,
             test_by[column],
-            yerr=test_by[std],
+            shifted,
+            xerr=test_by[std],
             fmt="s",
-            ms=4,
+            ms=3,
             color="#dd8452",
             ecolor="#dd8452",
-            capsize=3,
-            label=test_label,
+            capsize=2,
+            label="test: accuracy mean ± 1 std over batches, latency p50 ± 1 std over runs",
         )
-        ax.scatter(xs, val[column], color="#4c72b0", s=28, zorder=3, label="validation profile")
-        ax.set_ylabel(ylabel)
+        ax.scatter(val[column], ys, color="#4c72b0", s=18, zorder=3, label="validation profile")
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    axes[1, 0].set_xticks(xs, list(val["variant"]), rotation=60, ha="right", fontsize=8)
-    axes[1, 0].set_xlabel("variant")
-    fig.suptitle(f"{dataset}: validation profile vs test results, per variant")
+    left = axes[0][0]
+    left.set_yticks(ys, list(val["variant"]), fontsize=8)
+    left.set_ylim(n - 0.4, -0.7)  # the display order, top down
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    fig.suptitle(f"{dataset}: validation profile vs test results, per variant", fontsize=11)
     return save_png(fig, path)
 
 
 def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "") -> Path:
     """Predicted (analytical model) vs measured comm and comp, log-log with the diagonal.
 
-    Each panel states the median predicted/measured ratio; ``caption`` (what the calibration
-    covers and why the model may be off) is printed under the panels.
+    Each panel states the median predicted/measured ratio, written as ``caption`` writes it
+    (:func:`~gnnaas.profiling.analysis.ratio_text`); ``caption`` (what the calibration covers
+    and why the model may be off) is printed under the panels.
 
     Args:
         val (pandas.DataFrame): validation rows.
@@ -176,6 +189,7 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "")
     import textwrap
 
     wrapped = textwrap.fill(caption, 120) if caption else ""
+    ratios = dict(zip(("comm", "comp"), perfmodel_ratios(val), strict=True))  # as the caption's
     fig, axes = figure(10.0, 4.7 + 0.17 * wrapped.count("\n"), 1, 2)
     for ax, (measured, predicted, name) in zip(
         axes[0],
@@ -195,7 +209,7 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "")
             )
         values = pd.concat([val[measured], val[predicted]])
         values = values[values > 0]
-        subs = (1.0, 2.0, 5.0)
+        subs: tuple[float, ...] = (1.0, 2.0, 5.0)
         if not values.empty:
             lo, hi = float(values.min()) / 1.5, float(values.max()) * 1.5
             ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="predicted = measured")
@@ -209,9 +223,7 @@ def perfmodel(val: pd.DataFrame, path: Path, *, dataset: str, caption: str = "")
         plain_log_axis(ax.yaxis, subs)
         ax.set_xlabel(f"measured {name} p50 (ms)")
         ax.set_ylabel(f"predicted {name} (ms)")
-        ratios = (val[predicted] / val[measured].where(val[measured] > 0)).dropna()
-        median = f"{stats.median(ratios.to_numpy()):.2g}x" if not ratios.empty else "n/a"
-        ax.set_title(f"{name}: median predicted/measured {median}")
+        ax.set_title(f"{name}: median predicted/measured {ratio_text(ratios[name])}")
         ax.grid(alpha=0.3, which="both")
         handles = ax.get_legend_handles_labels()[0]
         handles += arch_handles(val["arch"]) + prune_handles(val["prune"])

@@ -1,4 +1,4 @@
-"""The profile report: ``profiles/<dataset>/report.md`` and seven PNG plots.
+"""The profile report: ``profiles/<dataset>/report.md`` and up to seven PNG plots.
 
 The report reads ``profiles.csv`` and ``service_times.csv`` only (never the variants), so it can
 be rebuilt anywhere the tables are. Its sections follow the profile definitions of
@@ -14,13 +14,16 @@ docs/architecture.md §5:
    (``tolerance.png``);
 4. the frontier: how many variants are profiled and how many the router decides among, accuracy
    vs predicted service time (``pareto.png``);
-5. the ranking comparison: 4× accuracy of greedy and lasso minus random (``rankings.png``);
+5. the ranking comparison: accuracy of greedy and lasso minus random at 4× (or another prune
+   factor with random-ranked variants) (``rankings.png``);
 6. validation profile vs test results (``val_vs_test.png``), naming the variants whose accuracies
    differ by more than :data:`~gnnaas.profiling.analysis.VAL_TEST_TOLERANCE` points and why;
 7. predicted vs measured comm and comp (``perfmodel.png``), with what the calibration covers.
 
-Generated text links only to files written next to ``report.md`` (the plots), so every link
-resolves wherever the profiles folder lives. The tables behind the text are in
+A plot with nothing to show is not drawn (no random-ranked variant to compare with, no service
+curve to pick by): its section says why instead, and a file of that name left by an earlier report
+is removed. Generated text links only to files written next to ``report.md`` (the plots), so every
+link resolves wherever the profiles folder lives. The tables behind the text are in
 :mod:`gnnaas.profiling.analysis` and :mod:`gnnaas.profiling.frontier`, the figures in
 :mod:`gnnaas.profiling.plots` and :mod:`gnnaas.profiling.frontier_plots`.
 
@@ -42,10 +45,12 @@ from gnnaas.errors import ArtifactError
 from gnnaas.policy import LOSS_MARGIN
 from gnnaas.profiling.analysis import (
     VAL_TEST_TOLERANCE,
+    comparable_prunes,
     display_order,
     paired_width,
     perfmodel_caption,
     ranking_gaps,
+    trained,
     val_test_gaps,
 )
 from gnnaas.profiling.frontier import (
@@ -74,7 +79,9 @@ PLOT_FILES: tuple[str, ...] = (
     "val_vs_test.png",
     "perfmodel.png",
 )
-"""The seven plots, in report order."""
+"""The seven plots a report may draw, in report order (one with nothing to show is not)."""
+
+_RANKING_PRUNE = 4  # the prune factor the ranking figure prefers: a middle one
 
 
 def _resolve_dir(profiles_dir: PathType) -> Path:
@@ -218,7 +225,28 @@ def _variant_section(
             rows,
         )
     lines += ["", "![latency breakdown](latency_breakdown.png)", ""]
+    pruning = _pruning_summary(val)
+    if pruning:
+        lines += [pruning, ""]
     return lines
+
+
+def _pruning_summary(val: pd.DataFrame) -> str:
+    """What pruning buys per architecture: the trained variants at the largest prune factor
+    against those at 1x (mean latency; precomputed lookups left out, they run no forward)."""
+    parts = []
+    for arch in sorted(val["arch"].unique()):
+        part = val[(val["arch"] == arch) & ~val["variant"].str.contains("@", regex=False)]
+        part = part[trained(part)]  # a derived variant changes more than the prune factor
+        top = int(part["prune"].max()) if not part.empty else 1
+        full = part[part["prune"] == 1]
+        if full.empty or top <= 1:
+            continue
+        pct = 100 * part[part["prune"] == top]["latency_ms"].mean() / full["latency_ms"].mean()
+        parts.append(f"{str(arch).upper()} at {top}x takes {pct:.0f} % of the latency at 1x")
+    if not parts:
+        return ""
+    return "Pruning alone (trained variants, mean latency): " + "; ".join(parts) + "."
 
 
 def _uncertainty_section(val: pd.DataFrame, test: pd.DataFrame) -> list[str]:
@@ -256,9 +284,8 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
     if table.empty:
         return lines + [
             "No variant has a service curve (service_times.csv), so the router would route to "
-            "none; run `gnnaas profile` again.",
-            "",
-            "![latency under tolerance](tolerance.png)",
+            "none and there is no pick to plot (tolerance.png is not drawn); run `gnnaas "
+            "profile` again.",
             "",
         ]
     sizes = " and ".join(_nodes(int(n)) for n in dict.fromkeys(table["num_nodes"]))
@@ -360,6 +387,13 @@ def _kept(loss: float, tolerance: float) -> str:
 def _frontier_section(val: pd.DataFrame, frontier: pd.DataFrame, view: RouterView) -> list[str]:
     lines = ["## 4. The frontier", ""]
     profiled = val["variant"].nunique()
+    if frontier.empty:
+        return lines + [
+            f"{profiled} variants profiled, none routable: no variant has a service curve "
+            "(service_times.csv), so there is no frontier to plot (pareto.png is not drawn); "
+            "run `gnnaas profile` again.",
+            "",
+        ]
     routable = len(view.candidates)
     front = frontier[frontier["on_frontier"]]
     lines.append(
@@ -400,20 +434,24 @@ def _frontier_section(val: pd.DataFrame, frontier: pd.DataFrame, view: RouterVie
     return lines
 
 
-def _ranking_section(df: pd.DataFrame) -> list[str]:
-    gaps = ranking_gaps(df)
+def _ranking_section(gaps: pd.DataFrame, drawn_at: int | None) -> list[str]:
     lines = ["## 5. Feature rankings", ""]
     if gaps.empty:
-        return lines + ["No pruned variants with rankings were profiled.", ""]
+        return lines + [
+            "No pruned variants with rankings were profiled, so there is nothing to compare "
+            "(rankings.png is not drawn).",
+            "",
+        ]
     lines.append(
         "Test accuracy of greedy and lasso minus random at the same prune factor "
         "(points; positive = the ranking keeps more useful features than chance; trained "
         "variants only)."
     )
-    if gaps["random"].isna().all():
+    if drawn_at is None:
         lines[-1] += (
-            " No random-ranked variants were profiled, so there is nothing to subtract "
-            "(`gnnaas generate --ranking random greedy lasso` adds them)."
+            " No random-ranked variant was profiled at a prune factor that greedy or lasso was, "
+            "so there is nothing to subtract and rankings.png is not drawn (`gnnaas generate "
+            "--ranking random greedy lasso` adds them)."
         )
     lines.append("")
     lines += _md_table(
@@ -431,7 +469,11 @@ def _ranking_section(df: pd.DataFrame) -> list[str]:
             for r in gaps.itertuples()
         ],
     )
-    lines += ["", "![ranking comparison](rankings.png)", ""]
+    if drawn_at is not None:
+        lines += ["", f"The figure compares them at {drawn_at}x.", ""]
+        lines += ["![ranking comparison](rankings.png)", ""]
+    else:
+        lines.append("")
     return lines
 
 
@@ -487,8 +529,54 @@ def _perfmodel_section(val: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _draw_plots(
+    folder: Path,
+    dataset: str,
+    val: pd.DataFrame,
+    test: pd.DataFrame,
+    frontier: pd.DataFrame,
+    picks: pd.DataFrame,
+    gaps: pd.DataFrame,
+    ranking_prune: int | None,
+    tie_margin: float,
+) -> set[str]:
+    """Draws every plot that has something to show into ``folder``; returns their file names."""
+    from gnnaas.profiling import frontier_plots, plots
+
+    names = dict(
+        zip(
+            ("breakdown", "intervals", "tolerance", "pareto", "rankings", "vt", "model"),
+            PLOT_FILES,
+            strict=True,
+        )
+    )
+    plots.latency_breakdown(display_order(val), folder / names["breakdown"], dataset=dataset)
+    frontier_plots.accuracy_intervals(val, test, folder / names["intervals"], dataset=dataset)
+    drawn = {names["breakdown"], names["intervals"]}
+    if not picks.empty:
+        frontier_plots.tolerance(
+            picks, folder / names["tolerance"], dataset=dataset, tie_margin=tie_margin
+        )
+        drawn.add(names["tolerance"])
+    if not frontier.empty:
+        frontier_plots.pareto(
+            frontier, val, folder / names["pareto"], dataset=dataset, sizes=REQUEST_SIZES
+        )
+        drawn.add(names["pareto"])
+    if ranking_prune is not None:
+        plots.rankings(gaps, folder / names["rankings"], dataset=dataset, prune=ranking_prune)
+        drawn.add(names["rankings"])
+    plots.val_vs_test(display_order(val), test, folder / names["vt"], dataset=dataset)
+    caption = perfmodel_caption(val)
+    plots.perfmodel(val, folder / names["model"], dataset=dataset, caption=caption)
+    return drawn | {names["vt"], names["model"]}
+
+
 def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGIN) -> Path:
-    """Writes ``report.md`` and the seven plots of :data:`PLOT_FILES` next to ``profiles.csv``.
+    """Writes ``report.md`` and the plots of :data:`PLOT_FILES` next to ``profiles.csv``.
+
+    A plot with nothing to show is not drawn (its section says why) and an earlier report's file
+    of that name is removed.
 
     Args:
         profiles_dir (str or PathLike): ``profiles/<dataset>`` (the dataset name's case may
@@ -503,8 +591,6 @@ def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGI
     Raises:
         ArtifactError: ``profiles.csv`` is missing, unreadable, or has no validation rows.
     """
-    from gnnaas.profiling import frontier_plots, plots
-
     folder = _resolve_dir(profiles_dir)
     df = read_profiles(folder)
     val = df[df["split"] == "val"].reset_index(drop=True)
@@ -523,15 +609,14 @@ def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGI
         else pd.DataFrame()
     )
 
-    plots.latency_breakdown(display_order(val), folder / PLOT_FILES[0], dataset=dataset)
-    frontier_plots.accuracy_intervals(val, test, folder / PLOT_FILES[1], dataset=dataset)
-    frontier_plots.tolerance(picks, folder / PLOT_FILES[2], dataset=dataset, tie_margin=tie_margin)
-    frontier_plots.pareto(
-        frontier, val, folder / PLOT_FILES[3], dataset=dataset, sizes=REQUEST_SIZES
+    gaps = ranking_gaps(df)
+    prunes = comparable_prunes(gaps)
+    ranking_prune = (_RANKING_PRUNE if _RANKING_PRUNE in prunes else prunes[-1]) if prunes else None
+    drawn = _draw_plots(
+        folder, dataset, val, test, frontier, picks, gaps, ranking_prune, tie_margin
     )
-    plots.rankings(ranking_gaps(df), folder / PLOT_FILES[4], dataset=dataset)
-    plots.val_vs_test(display_order(val), test, folder / PLOT_FILES[5], dataset=dataset)
-    plots.perfmodel(val, folder / PLOT_FILES[6], dataset=dataset, caption=perfmodel_caption(val))
+    for name in set(PLOT_FILES) - drawn:  # an earlier report's figure would contradict this one
+        (folder / name).unlink(missing_ok=True)
 
     test_batches = int(test["num_batches"].iloc[0]) if len(test) else 0
     lines = [
@@ -547,7 +632,7 @@ def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGI
     lines += _uncertainty_section(val, test)
     lines += _tolerance_section(picks, tie_margin)
     lines += _frontier_section(val, frontier, view)
-    lines += _ranking_section(df)
+    lines += _ranking_section(gaps, ranking_prune)
     lines += _val_test_section(df)
     lines += _perfmodel_section(val)
     path = folder / REPORT_FILE

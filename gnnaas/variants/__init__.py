@@ -30,7 +30,13 @@ if TYPE_CHECKING:
         rank_features,
     )
     from gnnaas.variants.repository import LoadedVariant, VariantRepository
-    from gnnaas.variants.training import TrainConfig, TrainResult, evaluate, train_model
+    from gnnaas.variants.training import (
+        EpochReport,
+        TrainConfig,
+        TrainResult,
+        evaluate,
+        train_model,
+    )
 
 _SOURCES = {
     "manifest": ("FULL_RANKING", "MANIFEST_FORMAT", "Manifest", "VariantSpec", "library_versions"),
@@ -45,10 +51,11 @@ _SOURCES = {
         "rank_features",
     ),
     "repository": ("LoadedVariant", "VariantRepository"),
-    "training": ("TrainConfig", "TrainResult", "evaluate", "train_model"),
+    "training": ("EpochReport", "TrainConfig", "TrainResult", "evaluate", "train_model"),
 }
 
 __all__ = [
+    "EpochReport",
     "FULL_RANKING",
     "GenerateRow",
     "LoadedVariant",

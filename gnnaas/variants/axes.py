@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from gnnaas.models import GNN
     from gnnaas.variants.manifest import Manifest, VariantSpec
     from gnnaas.variants.repository import VariantRepository
-    from gnnaas.variants.training import TrainConfig
+    from gnnaas.variants.training import EpochReport, TrainConfig
 
 __all__ = [
     "AXES",
@@ -53,6 +53,7 @@ __all__ = [
     "DerivedRow",
     "binding_fanouts",
     "derive_variants",
+    "distilled_widths",
     "fanout_candidates",
     "int8_speedup",
     "parse_axes",
@@ -341,6 +342,7 @@ def derive_variants(
     device: Any = "cpu",
     force: bool = False,
     on_variant: Callable[[str], None] | None = None,
+    on_epoch: Callable[[EpochReport], None] | None = None,
 ) -> list[DerivedRow]:
     """Derives width, fanout and int8 variants from the stored trained variants of ``archs``.
 
@@ -374,6 +376,9 @@ def derive_variants(
         force (bool, optional): derive again what exists. (default: ``False``)
         on_variant (Callable[[str], None], optional): called with each variant id as its work
             starts (progress). (default: ``None``)
+        on_epoch (Callable[[EpochReport], None], optional): called as each epoch of a
+            distillation finishes (progress; see :func:`~gnnaas.variants.training.train_model`).
+            (default: ``None``)
 
     Returns:
         list[DerivedRow]: one row per derived variant, in order of derivation.
@@ -400,10 +405,10 @@ def derive_variants(
         computed: list[Manifest] = list(mine)
         bases = list(roots)
         if "width" in wanted:
-            widths = _widths(mine[0].hidden_channels, width_divisors)
+            widths = distilled_widths(mine[0].hidden_channels, width_divisors)
             for hidden in widths:
                 manifest, row = _distill(
-                    store, repo, config, mine[0], hidden, device, force, on_variant
+                    store, repo, config, mine[0], hidden, device, force, on_variant, on_epoch
                 )
                 rows.append(row)
                 bases.append(manifest)
@@ -432,7 +437,24 @@ def derive_variants(
     return rows
 
 
-def _widths(hidden: int, divisors: Sequence[int]) -> list[int]:
+def distilled_widths(hidden: int, divisors: Sequence[int]) -> list[int]:
+    """The hidden widths distilled from a teacher ``hidden`` wide: ``hidden // d`` for each
+    divisor ``d``, those of at least 4 units, each once.
+
+    Args:
+        hidden (int): the teacher's hidden width.
+        divisors (Sequence[int]): integers >= 2.
+
+    Returns:
+        list[int]: the widths, in the order of ``divisors``.
+
+    Raises:
+        ConfigError: a divisor that is not an integer >= 2.
+
+    Example:
+        >>> distilled_widths(256, (2, 4, 128))
+        [128, 64]
+    """
     out = []
     for d in divisors:
         if isinstance(d, bool) or not isinstance(d, int) or d < 2:
@@ -451,6 +473,7 @@ def _distill(
     device: Any,
     force: bool,
     on_variant: Callable[[str], None] | None,
+    on_epoch: Callable[[EpochReport], None] | None = None,
 ) -> tuple[Manifest, DerivedRow]:
     import torch
 
@@ -480,6 +503,7 @@ def _distill(
         keep=None if full else keep,
         device=device,
         teacher=teacher_model,
+        on_epoch=on_epoch,
     )
     metrics = {
         "val_acc": float(result.val_acc),

@@ -4,14 +4,18 @@ For each architecture, :func:`generate_variants` trains (or reuses) the full-fea
 ranks the input features with every requested ranking, then trains one variant per prune factor
 ``k`` on the top ``num_features // k`` features, all with the same ``TrainConfig``, and saves each
 one in a :class:`VariantRepository`. Variants whose stored manifest already matches the request are
-skipped unless ``force`` is set, so a second run does no training.
+skipped unless ``force`` is set, so a second run does no training. What is trained and what is
+skipped is decided for every architecture before any training starts (:class:`_ArchPlan`), so the
+plan knows how many models it trains; with ``progress`` on, each model's epochs are shown as they
+finish and a plan that may take long says so after its first epoch
+(:class:`gnnaas.variants.progress.PlanProgress`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -33,7 +37,8 @@ from gnnaas.variants.repository import VariantRepository
 if TYPE_CHECKING:
     from gnnaas.data import GraphStore
     from gnnaas.models import GNN, Arch
-    from gnnaas.variants.training import TrainConfig, TrainResult
+    from gnnaas.variants.progress import PlanProgress
+    from gnnaas.variants.training import EpochReport, TrainConfig, TrainResult
 
 __all__ = ["GenerateRow", "generate_variants"]
 
@@ -110,7 +115,9 @@ def generate_variants(
             (default: ``TrainConfig()``)
         device (str or torch.device, optional): where to train. (default: ``cpu``)
         force (bool, optional): retrain variants that already exist. (default: ``False``)
-        progress (bool, optional): show a progress bar over variants. (default: ``False``)
+        progress (bool, optional): show a progress bar over variants, each model's epochs as
+            they finish, and after the plan's first epoch an estimate of its training time when
+            it may take long (:mod:`gnnaas.variants.progress`). (default: ``False``)
         warm_start (bool, optional): initialize each pruned variant from the 1× model's weights
             restricted to its kept features (:func:`gnnaas.variants.master.warm_start_state`)
             instead of at random. (default: ``False``)
@@ -134,6 +141,7 @@ def generate_variants(
     from gnnaas.variants.training import TrainConfig
 
     config = TrainConfig() if config is None else config
+    axes = tuple(axes)
     num_features = store.num_features
     arch_names = _unique(VariantSpec(store.name, a, FULL_RANKING, 1).arch for a in archs)
     ranking_names = _unique(Ranking.parse(r).value for r in rankings)
@@ -144,36 +152,37 @@ def generate_variants(
     if pruned and not ranking_names:
         raise ConfigError("no ranking given; pass at least one, e.g. --ranking lasso")
 
-    total = len(arch_names) * (1 + len(ranking_names) * len(pruned))
+    plans = [
+        _plan_arch(store, repo, arch, ranking_names, pruned, config, force=force)
+        for arch in arch_names
+    ]
+    total = sum(1 + len(plan.pruned) for plan in plans)
     rows: list[GenerateRow] = []
-    desc = f"{store.name} variants"
-    with tqdm(total=total, disable=not progress, desc=desc, unit="variant") as bar:
-        for arch in arch_names:
-            full_spec = VariantSpec(store.name, arch, FULL_RANKING, 1)
-            bar.set_postfix_str(full_spec.variant_id)
-            full = _full_model(store, repo, full_spec, config, device=device, force=force)
+    with tqdm(
+        total=total, disable=not progress, desc=f"{store.name} variants", unit="variant"
+    ) as bar:
+        shown = _plan_progress(bar, plans, axes, width_divisors, config) if progress else None
+        for plan in plans:
+            bar.set_postfix_str(plan.full_spec.variant_id)
+            full = _full_model(store, repo, plan, device=device, shown=shown)
             rows.append(full.row)
             bar.update(1)
             rows += _generate_pruned(
                 store,
                 repo,
-                full_spec,
+                plan,
                 full.model,
-                ranking_names,
-                pruned,
-                full.config,
                 device=device,
-                force=force,
-                full_fresh=full.fresh,
                 bar=bar,
                 warm_start=warm_start,
+                shown=shown,
             )
     rows += _derive(
         store,
         repo,
         config,
         arch_names,
-        axes=tuple(axes),
+        axes=axes,
         near=near,
         width_divisors=width_divisors,
         fanout_sets=fanout_sets,
@@ -181,8 +190,95 @@ def generate_variants(
         device=device,
         force=force,
         progress=progress,
+        shown=shown,
     )
     return rows
+
+
+@dataclass(frozen=True)
+class _ArchPlan:
+    """What a run does for one architecture's trained variants, decided before any training.
+
+    Args:
+        full_spec (VariantSpec): its 1× model.
+        master (Manifest, optional): the user's 1× model (never retrained), else ``None``.
+        config (TrainConfig): the configuration its variants train with: the request's, or the
+            layout of the user's master model.
+        train_full (bool): the 1× model is (re)trained.
+        pruned (tuple[tuple[VariantSpec, bool], ...]): each pruned variant, ranking by ranking,
+            and whether it is (re)trained (else an existing one matches).
+    """
+
+    full_spec: VariantSpec
+    master: Manifest | None
+    config: TrainConfig
+    train_full: bool
+    pruned: tuple[tuple[VariantSpec, bool], ...]
+
+    @property
+    def to_train(self) -> int:
+        """Models this plan trains."""
+        return int(self.train_full) + sum(trains for _, trains in self.pruned)
+
+
+def _plan_arch(
+    store: GraphStore,
+    repo: VariantRepository,
+    arch: str,
+    ranking_names: Sequence[str],
+    pruned: Sequence[int],
+    config: TrainConfig,
+    *,
+    force: bool,
+) -> _ArchPlan:
+    """Which of ``arch``'s trained variants the run trains: those missing or not matching the
+    request, all with ``force``, and the greedy and lasso ones when the 1× model is retrained
+    (they are ranked from it); never the user's master model."""
+    num_features = store.num_features
+    full_spec = VariantSpec(store.name, arch, FULL_RANKING, 1)
+    master = _user_master(repo, full_spec)
+    if master is not None:  # its pruned variants take its layout
+        config = replace(
+            config,
+            family=master.family,
+            hidden_channels=master.hidden_channels,
+            num_layers=master.num_layers,
+            fanouts=tuple(master.fanouts),
+        )
+        train_full = False
+    else:
+        train_full = force or not repo.matches(full_spec, config, num_features=num_features)
+    specs = []
+    for ranking in ranking_names:
+        stale = train_full and ranking in _MODEL_RANKINGS
+        for k in pruned:
+            spec = VariantSpec(store.name, arch, ranking, k)
+            trains = force or stale or not repo.matches(spec, config, num_features=num_features)
+            specs.append((spec, trains))
+    return _ArchPlan(full_spec, master, config, train_full, tuple(specs))
+
+
+def _plan_progress(
+    bar: Any,
+    plans: Sequence[_ArchPlan],
+    axes: Sequence[str],
+    width_divisors: Sequence[int] | None,
+    config: TrainConfig,
+) -> PlanProgress:
+    """The plan's epoch reporter: the models it trains, the distilled widths included (those of
+    an architecture whose trained variants change: the others' are found stored)."""
+    from gnnaas.variants.axes import DEFAULT_WIDTH_DIVISORS, distilled_widths
+    from gnnaas.variants.progress import PlanProgress
+
+    models = sum(plan.to_train for plan in plans)
+    if "width" in set(axes):
+        divisors = DEFAULT_WIDTH_DIVISORS if width_divisors is None else width_divisors
+        models += sum(
+            len(distilled_widths(plan.config.hidden_channels, divisors))
+            for plan in plans
+            if plan.to_train
+        )
+    return PlanProgress(bar, models=models, config=config)
 
 
 @dataclass(frozen=True)
@@ -193,45 +289,31 @@ class _FullModel:
         row (GenerateRow): its summary line.
         model (GNN, optional): the model when it was trained here, else ``None`` (loaded from the
             repository only if a pruned variant needs it).
-        config (TrainConfig): the configuration its pruned variants train with: the request's,
-            or the layout of the user's master model.
-        fresh (bool): it was (re)trained by this run, so the variants ranked from it are stale.
     """
 
     row: GenerateRow
     model: GNN | None
-    config: TrainConfig
-    fresh: bool
 
 
 def _full_model(
     store: GraphStore,
     repo: VariantRepository,
-    full_spec: VariantSpec,
-    config: TrainConfig,
+    plan: _ArchPlan,
     *,
     device: Device,
-    force: bool,
+    shown: PlanProgress | None,
 ) -> _FullModel:
-    """The user's master model, the stored 1× model matching ``config``, or a new one."""
+    """The user's master model, the stored 1× model matching the request, or a new one."""
     num_features = store.num_features
-    master = _user_master(repo, full_spec)
-    if master is not None:  # never retrained; its pruned variants take its layout
-        arch_config = replace(
-            config,
-            family=master.family,
-            hidden_channels=master.hidden_channels,
-            num_layers=master.num_layers,
-            fanouts=tuple(master.fanouts),
-        )
-        return _FullModel(_skipped_row(master, status="user"), None, arch_config, fresh=False)
-    if not force and repo.matches(full_spec, config, num_features=num_features):
-        row = _skipped_row(repo.manifest(store.name, full_spec.variant_id))
-        return _FullModel(row, None, config, fresh=False)
+    if plan.master is not None:  # never retrained
+        return _FullModel(_skipped_row(plan.master, status="user"), None)
+    if not plan.train_full:
+        row = _skipped_row(repo.manifest(store.name, plan.full_spec.variant_id))
+        return _FullModel(row, None)
     keep_all = torch.arange(num_features, dtype=torch.int64)
-    result = _train(store, full_spec, config, keep_all, device)
-    _save(repo, store, full_spec, config, keep_all, result)
-    return _FullModel(_trained_row(full_spec, num_features, result), result.model, config, True)
+    result = _train(store, plan.full_spec, plan.config, keep_all, device, shown=shown)
+    _save(repo, store, plan.full_spec, plan.config, keep_all, result)
+    return _FullModel(_trained_row(plan.full_spec, num_features, result), result.model)
 
 
 def _derive(
@@ -248,8 +330,10 @@ def _derive(
     device: Device,
     force: bool,
     progress: bool,
+    shown: PlanProgress | None,
 ) -> list[GenerateRow]:
-    """The derived variants' rows (:func:`gnnaas.variants.axes.derive_variants`), with a bar."""
+    """The derived variants' rows (:func:`gnnaas.variants.axes.derive_variants`), with a bar
+    (and the distillations' epochs on it)."""
     from tqdm import tqdm
 
     from gnnaas.variants.axes import DEFAULT_NEAR, DEFAULT_WIDTH_DIVISORS, derive_variants
@@ -257,10 +341,14 @@ def _derive(
     if set(axes) <= {"features"}:
         return []
     with tqdm(desc=f"{store.name} derived", unit="variant", disable=not progress) as bar:
+        if shown is not None:
+            shown.use(bar)
 
         def started(variant_id: str) -> None:
             bar.set_postfix_str(variant_id)
             bar.update(1)
+            if shown is not None:
+                shown.start(variant_id)
 
         derived = derive_variants(
             store,
@@ -275,6 +363,7 @@ def _derive(
             device=device,
             force=force,
             on_variant=started,
+            on_epoch=None if shown is None else shown.epoch,
         )
     return [
         GenerateRow(
@@ -292,51 +381,50 @@ def _derive(
 def _generate_pruned(
     store: GraphStore,
     repo: VariantRepository,
-    full_spec: VariantSpec,
+    plan: _ArchPlan,
     full_model: GNN | None,
-    ranking_names: Sequence[str],
-    pruned: Sequence[int],
-    config: TrainConfig,
     *,
     device: Device,
-    force: bool,
-    full_fresh: bool,
     bar: Any,
     warm_start: bool,
+    shown: PlanProgress | None,
 ) -> list[GenerateRow]:
-    """Trains (or skips) one arch's pruned variants; loads the 1× model only when needed."""
+    """Trains (or skips) one arch's pruned variants as ``plan`` says; loads the 1× model only
+    when needed."""
     num_features = store.num_features
-    arch = full_spec.arch
     rows: list[GenerateRow] = []
-    for ranking in ranking_names:
-        order: torch.Tensor | None = None
-        stale = full_fresh and ranking in _MODEL_RANKINGS
-        for k in pruned:
-            spec = VariantSpec(store.name, arch, ranking, k)
-            bar.set_postfix_str(spec.variant_id)
-            if not force and not stale and repo.matches(spec, config, num_features=num_features):
-                rows.append(_skipped_row(repo.manifest(store.name, spec.variant_id)))
-                bar.update(1)
-                continue
-            if full_model is None:  # ranks and warm starts come from it
-                full_model = repo.load(store.name, full_spec.variant_id).model
-            if order is None:
-                start = time.perf_counter()
-                order = rank_features(ranking, full_model, store, seed=config.seed)
-                _log.info(
-                    "ranking: %s arch: %s features: %d time_s: %.3f",
-                    ranking,
-                    arch,
-                    num_features,
-                    time.perf_counter() - start,
-                )
-            keep = order[: num_features // k].sort().values  # ascending ids: cache-friendly gather
-            init = warm_start_state(full_model, keep) if warm_start else None
-            result = _train(store, spec, config, keep, device, init_state=init)
-            _save(repo, store, spec, config, keep, result)
-            rows.append(_trained_row(spec, keep.numel(), result))
+    orders: dict[str, torch.Tensor] = {}  # each ranking's feature order, computed once
+    for spec, trains in plan.pruned:
+        bar.set_postfix_str(spec.variant_id)
+        if not trains:
+            rows.append(_skipped_row(repo.manifest(store.name, spec.variant_id)))
             bar.update(1)
+            continue
+        if full_model is None:  # ranks and warm starts come from it
+            full_model = repo.load(store.name, plan.full_spec.variant_id).model
+        if spec.ranking not in orders:
+            orders[spec.ranking] = _rank(store, full_model, spec, plan.config.seed)
+        keep = orders[spec.ranking][: num_features // spec.prune].sort().values  # ascending ids
+        init = warm_start_state(full_model, keep) if warm_start else None
+        result = _train(store, spec, plan.config, keep, device, init_state=init, shown=shown)
+        _save(repo, store, spec, plan.config, keep, result)
+        rows.append(_trained_row(spec, keep.numel(), result))
+        bar.update(1)
     return rows
+
+
+def _rank(store: GraphStore, full_model: GNN, spec: VariantSpec, seed: int) -> torch.Tensor:
+    """The features of ``store``, most useful first by ``spec``'s ranking of ``full_model``."""
+    start = time.perf_counter()
+    order = rank_features(spec.ranking, full_model, store, seed=seed)
+    _log.info(
+        "ranking: %s arch: %s features: %d time_s: %.3f",
+        spec.ranking,
+        spec.arch,
+        store.num_features,
+        time.perf_counter() - start,
+    )
+    return order
 
 
 def _train(
@@ -347,10 +435,15 @@ def _train(
     device: Device,
     *,
     init_state: dict[str, torch.Tensor] | None = None,
+    shown: PlanProgress | None = None,
 ) -> TrainResult:
     from gnnaas.variants.training import train_model
 
     full = keep.numel() == store.num_features
+    on_epoch: Callable[[EpochReport], None] | None = None
+    if shown is not None:
+        shown.start(spec.variant_id)
+        on_epoch = shown.epoch
     result = train_model(
         store,
         spec.arch,
@@ -359,6 +452,7 @@ def _train(
         device=device,
         progress=False,
         init_state=init_state,
+        on_epoch=on_epoch,
     )
     _log.info(
         "variant: %s features: %d val_acc: %.4f test_acc: %.4f epochs: %d train_time_s: %.2f",

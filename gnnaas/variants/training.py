@@ -11,17 +11,20 @@ variant of a dataset trains with the same :class:`TrainConfig`; a variant's kept
 
 Single-label datasets use cross-entropy and accuracy; multi-label ones use BCE-with-logits and
 F1-micro with logits thresholded at 0. Training stops early once the validation metric has not
-improved for ``patience`` evaluations, and the best-validation weights are restored.
+improved for ``patience`` evaluations, and the best-validation weights are restored. Each epoch is
+reported as it finishes (an :class:`EpochReport` to ``on_epoch``, the bar's postfix, an INFO log
+line): a long run is never silent.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DISTILL_TEMPERATURE",
     "DISTILL_WEIGHT",
+    "EpochReport",
     "TrainConfig",
     "TrainResult",
     "evaluate",
@@ -120,6 +124,32 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig expects fanouts >= 1 or -1 (got {self.fanouts})")
 
 
+@dataclass(frozen=True)
+class EpochReport:
+    """One finished training epoch, as :func:`train_model` reports it to ``on_epoch``.
+
+    Args:
+        epoch (int): the epoch, from 1.
+        max_epochs (int): the most epochs the run may take (``TrainConfig.max_epochs``).
+        loss (float): mean training loss of the epoch.
+        val_acc (float): validation metric after the epoch, in ``[0, 1]`` (NaN when the epoch
+            was not evaluated, see ``TrainConfig.eval_every``).
+        epoch_s (float): wall time of the epoch, its evaluation included.
+        best_epoch (int): the epoch of the best validation metric so far (0: none yet).
+        best_val_acc (float): that metric (NaN: none yet).
+        last (bool): the run stops after this epoch (early stopping, or ``max_epochs``).
+    """
+
+    epoch: int
+    max_epochs: int
+    loss: float
+    val_acc: float
+    epoch_s: float
+    best_epoch: int = 0
+    best_val_acc: float = math.nan
+    last: bool = False
+
+
 @dataclass(eq=False)
 class TrainResult:
     """The outcome of :func:`train_model`.
@@ -154,6 +184,7 @@ def train_model(
     progress: bool = False,
     init_state: Mapping[str, Tensor] | None = None,
     teacher: GNN | None = None,
+    on_epoch: Callable[[EpochReport], None] | None = None,
 ) -> TrainResult:
     """Trains one model of architecture ``arch`` on ``store``, inductively, with early stopping.
 
@@ -171,13 +202,17 @@ def train_model(
             (a pruned variant); ``None`` keeps all. (default: ``None``)
         device (str | torch.device, optional): where the model trains (``auto``, ``cpu``,
             ``cuda``). (default: ``"cpu"``)
-        progress (bool, optional): show a progress bar over epochs. (default: ``False``)
+        progress (bool, optional): show a progress bar over epochs, each epoch's loss,
+            validation metric and seconds in its postfix. (default: ``False``)
         init_state (Mapping[str, Tensor], optional): initial weights instead of a random
             initialization (a warm start, e.g. :func:`gnnaas.variants.master.warm_start_state`).
             (default: ``None``)
         teacher (GNN, optional): a trained model reading the same kept features (``keep``) whose
             predictions the model learns too (distillation); it is run in eval mode and not
             changed. (default: ``None``)
+        on_epoch (Callable[[EpochReport], None], optional): called as each epoch finishes
+            (progress of a longer plan, e.g. :func:`gnnaas.variants.pipeline.generate_variants`).
+            (default: ``None``)
 
     Returns:
         TrainResult: the best-validation model (on the CPU, eval mode) and its metrics.
@@ -226,7 +261,9 @@ def train_model(
         device,
     )
     run = _Run(model, optimizer, data, config, generator, device, teacher)
-    fit = _fit(run, eval_path, store, desc=f"train {arch.value}", progress=progress)
+    fit = _fit(
+        run, eval_path, store, desc=f"train {arch.value}", progress=progress, on_epoch=on_epoch
+    )
 
     model.load_state_dict(fit.best_state)
     test_acc = evaluate_path(eval_path, store.y, store.test_idx, config.batch_size)
@@ -389,10 +426,17 @@ class _Fit:
 
 
 def _fit(
-    run: _Run, eval_path: InferencePath, store: GraphStore, *, desc: str, progress: bool
+    run: _Run,
+    eval_path: InferencePath,
+    store: GraphStore,
+    *,
+    desc: str,
+    progress: bool,
+    on_epoch: Callable[[EpochReport], None] | None = None,
 ) -> _Fit:
     """Trains epoch after epoch, evaluating every ``eval_every`` epochs (and after the last),
-    until ``max_epochs`` or ``patience`` evaluations without a better validation metric."""
+    until ``max_epochs`` or ``patience`` evaluations without a better validation metric; each
+    epoch is reported as it finishes."""
     from tqdm import tqdm
 
     config = run.config
@@ -400,19 +444,49 @@ def _fit(
     bar = tqdm(total=config.max_epochs, desc=desc, disable=not progress)
     try:
         for epoch in range(1, config.max_epochs + 1):
+            started = time.perf_counter()
             fit.epochs = epoch
             loss = _train_epoch(run)
-            bar.update(1)
-            if epoch % config.eval_every != 0 and epoch != config.max_epochs:
-                continue
-            val_acc = evaluate_path(eval_path, store.y, store.val_idx, config.batch_size)
-            _log.info("epoch: %03d  loss: %.4f  val_acc: %.4f", epoch, loss, val_acc)
-            bar.set_postfix(loss=f"{loss:.4f}", val_acc=f"{val_acc:.4f}")
-            if not fit.record(epoch, loss, val_acc, run.model, config.patience):
+            val_acc, going = math.nan, epoch < config.max_epochs
+            if epoch % config.eval_every == 0 or not going:
+                val_acc = evaluate_path(eval_path, store.y, store.val_idx, config.batch_size)
+                going = fit.record(epoch, loss, val_acc, run.model, config.patience) and going
+            report = EpochReport(
+                epoch=epoch,
+                max_epochs=config.max_epochs,
+                loss=loss,
+                val_acc=val_acc,
+                epoch_s=time.perf_counter() - started,
+                best_epoch=fit.best_epoch,
+                best_val_acc=fit.best_acc if fit.best_epoch else math.nan,
+                last=not going,
+            )
+            _report_epoch(report, bar, on_epoch)
+            if not going:
                 break
     finally:
         bar.close()
     return fit
+
+
+def _report_epoch(
+    report: EpochReport, bar: Any, on_epoch: Callable[[EpochReport], None] | None
+) -> None:
+    """The epoch in the log (evaluated epochs), the run's own bar and ``on_epoch``."""
+    if math.isfinite(report.val_acc):
+        _log.info(
+            "epoch: %03d  loss: %.4f  val_acc: %.4f  epoch_s: %.3f",
+            report.epoch,
+            report.loss,
+            report.val_acc,
+            report.epoch_s,
+        )
+    bar.update(1)
+    bar.set_postfix(
+        loss=f"{report.loss:.4f}", val_acc=f"{report.val_acc:.4f}", epoch_s=f"{report.epoch_s:.2f}"
+    )
+    if on_epoch is not None:
+        on_epoch(report)
 
 
 def _train_epoch(run: _Run) -> float:

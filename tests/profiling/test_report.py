@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import stat
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,14 @@ from gnnaas.policy import (
     Selection,
     ServiceCurve,
 )
-from gnnaas.profiling.analysis import paired_width, perfmodel_caption, ranking_gaps, val_test_gaps
+from gnnaas.profiling.analysis import (
+    display_order,
+    paired_width,
+    perfmodel_caption,
+    ranking_gaps,
+    ratio_text,
+    val_test_gaps,
+)
 from gnnaas.profiling.frontier import (
     ROUTER_TIE_MARGIN,
     frontier_table,
@@ -284,3 +292,129 @@ def test_report_folder_is_found_case_insensitively(fake_profiles_dir: Path) -> N
 def test_write_report_without_profiles(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="run `gnnaas profile --dataset Cora` first"):
         write_report(tmp_path / "Cora")
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """``(width, height)`` in pixels, from the PNG's header."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The figures the variant plots save, in order."""
+    from gnnaas.profiling import plots
+
+    figures: list[Any] = []
+    save = plots.save_png
+
+    def keep(fig: Any, path: Path) -> Path:
+        figures.append(fig)
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "save_png", keep)
+    return figures
+
+
+def _many_variants(rows: list[dict[str, Any]], copies: int) -> pd.DataFrame:
+    """The validation rows repeated ``copies`` times under longer ids (as many derived variants
+    as the default plan makes)."""
+    val = pd.DataFrame([r for r in rows if r["split"] == "val"])
+    parts = [val.assign(variant=val["variant"] + f"-f5.5-h{64 * i}-int8") for i in range(copies)]
+    return display_order(pd.concat([val, *parts], ignore_index=True))
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_latency_breakdown_fits_a_page(
+    fake_rows: list[dict[str, Any]], drawn: list[Any], tmp_path: Path
+) -> None:
+    from gnnaas.profiling import plots
+
+    val = _many_variants(fake_rows, copies=2)  # 30 variants per architecture
+    path = plots.latency_breakdown(val, tmp_path / "b.png", dataset="Fake")
+    width, height = _png_size(path)
+    assert width <= 1600 and height > width / 2  # grows down the page, not across it
+    (fig,) = drawn
+    assert fig._suptitle.get_text() == (
+        "Fake: latency per variant, batches of 512 target nodes (validation, p50)"
+    )
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    (legend,) = fig.legends
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["GIN", "SAGE"]
+    for ax in axes:
+        assert ax.get_legend() is None
+        assert not _overlap(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+        labels = [t for t in ax.get_yticklabels() if t.get_text()]
+        assert len(labels) == 30 and min(t.get_fontsize() for t in labels) >= 8
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not any(_overlap(a, b) for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+def test_perfmodel_title_and_caption_agree(
+    fake_rows: list[dict[str, Any]], drawn: list[Any], tmp_path: Path
+) -> None:
+    from gnnaas.profiling import plots
+
+    val = pd.DataFrame([r for r in fake_rows if r["split"] == "val"])
+    val["pred_comp_ms"] = val["comp_ms"] * 0.01074
+    caption = perfmodel_caption(val)
+    plots.perfmodel(val, tmp_path / "p.png", dataset="Fake", caption=caption)
+    titles = [ax.get_title() for ax in drawn[0].get_axes()]
+    assert titles == [
+        "comm: median predicted/measured 0.8x",
+        "comp: median predicted/measured 0.011x",
+    ]
+    assert "comm 0.8x, comp 0.011x." in caption
+    assert [ratio_text(v) for v in (0.01074, 1.25, 12.6, 1234.0, math.nan)] == [
+        "0.011x",
+        "1.2x",
+        "13x",
+        "1234x",
+        "n/a",
+    ]
+
+
+def test_report_without_random_rankings_draws_no_ranking_figure(
+    fake_profiles_dir: Path, fake_rows: list[dict[str, Any]]
+) -> None:
+    write_report(fake_profiles_dir)
+    assert (fake_profiles_dir / "rankings.png").is_file()  # random variants: compared at 4x
+    write_profiles([r for r in fake_rows if r["ranking"] != "random"], fake_profiles_dir)
+    text = write_report(fake_profiles_dir).read_text()
+    assert not (fake_profiles_dir / "rankings.png").exists()  # the earlier one is gone too
+    section = text.split("## 5. Feature rankings")[1].split("## 6.")[0]
+    assert "nothing to subtract and rankings.png is not drawn" in section
+    assert "](rankings.png)" not in text
+    links = _links(text)
+    assert links == [name for name in PLOT_FILES if name != "rankings.png"]
+    assert all((fake_profiles_dir / link).is_file() for link in links)
+
+
+def test_ranking_figure_at_another_prune_factor(
+    fake_profiles_dir: Path, fake_rows: list[dict[str, Any]]
+) -> None:
+    kept = [r for r in fake_rows if r["ranking"] != "random" or r["prune"] == 8]
+    write_profiles(kept, fake_profiles_dir)
+    text = write_report(fake_profiles_dir).read_text()
+    assert "The figure compares them at 8x." in text and "](rankings.png)" in text
+    assert _png_size(fake_profiles_dir / "rankings.png")[0] > 0
+    from gnnaas.profiling import plots
+
+    with pytest.raises(ValueError, match=r"rankings: no random-ranked 4x .*comparable: \[8\]"):
+        plots.rankings(ranking_gaps(pd.DataFrame(kept)), fake_profiles_dir / "r.png", dataset="F")
+
+
+def test_report_without_service_curves_draws_no_pick_or_frontier(fake_profiles_dir: Path) -> None:
+    write_report(fake_profiles_dir)
+    (fake_profiles_dir / "service_times.csv").unlink()
+    text = write_report(fake_profiles_dir).read_text()
+    for name in ("tolerance.png", "pareto.png"):
+        assert not (fake_profiles_dir / name).exists()
+        assert f"({name} is not drawn)" in text and f"]({name})" not in text
+    assert all((fake_profiles_dir / link).is_file() for link in _links(text))

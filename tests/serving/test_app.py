@@ -399,6 +399,22 @@ def test_datasets_and_variants(client: TestClient) -> None:
     assert missing.status_code == 404
 
 
+def test_one_dataset(client: TestClient) -> None:
+    (listed,) = client.get("/v1/datasets").json()["datasets"]
+    one = client.get("/v1/datasets/toy")
+    assert one.status_code == 200 and one.json() == listed
+    assert client.get("/v1/datasets/TOY").json()["name"] == "toy"  # names match as predict's do
+    missing = client.get("/v1/datasets/nope")
+    assert (missing.status_code, missing.json()) == (
+        404,
+        {"detail": "unknown dataset 'nope'; served datasets: toy"},
+    )
+    assert client.app.openapi()["paths"]["/v1/datasets/{dataset}"]["get"]["responses"].keys() >= {
+        "200",
+        "404",
+    }
+
+
 def test_health_and_readiness(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")

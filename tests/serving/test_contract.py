@@ -256,6 +256,22 @@ def test_datasets_variants_health_and_readiness(http: httpx.Client) -> None:
     }
 
 
+def test_one_dataset(http: httpx.Client) -> None:
+    """``GET /v1/datasets/{d}``: the dataset as the listing gives it, wherever it is routed (the
+    dataset's own application on Ray), and the listing's 404 for one nobody serves."""
+    listing = {d["name"]: d for d in http.get("/v1/datasets").json()["datasets"]}
+    for name in DATASETS:
+        one = http.get(f"/v1/datasets/{name}")
+        assert one.status_code == 200, one.text
+        assert one.json() == listing[name]
+    assert listing["ring"]["num_nodes"] == RING_NODES
+    missing = http.get("/v1/datasets/nope")
+    assert (missing.status_code, missing.json()) == (
+        404,
+        {"detail": "unknown dataset 'nope'; served datasets: toy, ring"},
+    )
+
+
 def test_each_dataset_at_its_own_path(http: httpx.Client) -> None:
     ring = http.post("/v1/datasets/ring/predict", json={"nodes": [0, RING_NODES - 1]})
     assert ring.status_code == 200, ring.text

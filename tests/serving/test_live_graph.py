@@ -88,6 +88,7 @@ def test_a_new_node_is_predicted_and_survives_a_restart(
         assert first.headers["X-Graph-Version"] == "1"
         listing = client.get("/v1/datasets").json()["datasets"][0]
         assert listing["num_nodes"] == n + 1 and listing["graph_version"] == 1 and listing["live"]
+        assert client.get(f"/v1/datasets/{small_store.name}").json() == listing
     with TestClient(create_app(_settings(repository, state))) as client:  # replayed from the log
         again = _predict(client, small_store, [n])
         assert again.headers["X-Graph-Version"] == "1"

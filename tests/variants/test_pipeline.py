@@ -195,3 +195,51 @@ def test_cora_sage_8x_rankings(cora: Any, tmp_path: Path) -> None:
         pruned = val[f"sage-{ranking}-8x"]
         assert val["sage-full-1x"] - pruned <= 5.0, val
         assert pruned - val["sage-random-8x"] >= 5.0, val
+
+
+def _epoch_lines(err: str) -> list[tuple[str, str, bool]]:
+    """``(variant, epoch, last)`` of each epoch line on stderr (bars' redraws set apart)."""
+    lines = [part for line in err.splitlines() for part in line.split("\r")]
+    return [
+        (words[1], words[3], "best_epoch:" in words)
+        for words in (line.split() for line in lines if line.startswith("variant: "))
+    ]
+
+
+def test_progress_reports_each_models_epochs_and_the_plans_count(
+    small_store: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gnnaas.variants.progress as progress
+
+    plans: list[int] = []
+
+    class Recorded(progress.PlanProgress):
+        def __init__(self, bar: Any, *, models: int, config: TrainConfig) -> None:
+            plans.append(models)
+            super().__init__(bar, models=models, config=config, terminal=False)
+
+    monkeypatch.setattr(progress, "PlanProgress", Recorded)
+    monkeypatch.setattr(progress, "LONG_PLAN_S", 0.0)  # every plan is long: it says so
+    repo = VariantRepository(tmp_path)
+    config = TrainConfig(hidden_channels=16, fanouts=(5, 5), batch_size=512, max_epochs=3)
+    request: dict[str, Any] = {"archs": ["sage"], "rankings": ["greedy"], "prunes": [1, 2]}
+    generate_variants(small_store, repo, **request, config=config, progress=True)
+    err = capsys.readouterr().err
+    lines = _epoch_lines(err)
+    for variant in ("sage-full-1x", "sage-greedy-2x"):
+        mine = [(epoch, last) for v, epoch, last in lines if v == variant]
+        assert mine[0] == ("001/003", False) and mine[-1] == ("003/003", True)
+    assert [v for v, _, _ in lines] == sorted(v for v, _, _ in lines)  # one model at a time
+    estimates = [line for line in err.splitlines() if line.startswith("estimate: ")]
+    assert len(estimates) == 1 and estimates[0].startswith("estimate: 2 model(s) to train at ")
+    first = err.index("variant: sage-full-1x  epoch: 001/003")
+    assert first < err.index(estimates[0]) < err.index("variant: sage-full-1x  epoch: 003/003")
+
+    # The plan counts only what it trains: one variant lost, one model.
+    (tmp_path / small_store.name / "sage-greedy-2x" / "manifest.json").unlink()
+    generate_variants(small_store, repo, **request, config=config, progress=True)
+    assert plans == [2, 1]
+    assert {v for v, _, _ in _epoch_lines(capsys.readouterr().err)} == {"sage-greedy-2x"}

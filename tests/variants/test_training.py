@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,13 @@ import torch
 
 from gnnaas.errors import ConfigError
 from gnnaas.models import GIN, SAGE
-from gnnaas.variants.training import TrainConfig, TrainResult, evaluate, train_model
+from gnnaas.variants.training import (
+    EpochReport,
+    TrainConfig,
+    TrainResult,
+    evaluate,
+    train_model,
+)
 
 # small and quick: every test below trains in a few seconds on synth-small
 QUICK = TrainConfig(hidden_channels=32, max_epochs=8, patience=4, batch_size=256, fanouts=(10, 5))
@@ -220,8 +227,36 @@ def test_training_logs_key_value_lines(
     with caplog.at_level(logging.INFO, logger="gnnaas.variants.training"):
         train_model(small_store, "sage", config)
     messages = [r.getMessage() for r in caplog.records]
-    assert any(m.startswith("epoch: 001  loss: ") and "val_acc: " in m for m in messages)
+    assert any(m.startswith("epoch: 001  loss: ") and "  epoch_s: " in m for m in messages)
     assert any("test_acc: " in m and "train_time_s: " in m for m in messages)
+
+
+def test_each_epoch_is_reported_as_it_finishes(small_store) -> None:  # type: ignore[no-untyped-def]
+    config = dataclasses.replace(QUICK, max_epochs=12, patience=3, eval_every=2)
+    reports: list[EpochReport] = []
+    result = train_model(small_store, "sage", config, on_epoch=reports.append)
+    assert [r.epoch for r in reports] == list(range(1, result.epochs + 1))
+    assert [r.last for r in reports] == [False] * (result.epochs - 1) + [True]
+    assert all(r.max_epochs == 12 and r.epoch_s > 0 and math.isfinite(r.loss) for r in reports)
+    evaluated = [r for r in reports if r.epoch % 2 == 0]
+    assert all(math.isnan(r.val_acc) for r in reports if r.epoch % 2)  # not evaluated
+    assert [(r.epoch, r.loss, r.val_acc) for r in evaluated] == [
+        (int(h["epoch"]), h["loss"], h["val_acc"]) for h in result.history
+    ]
+    assert (reports[-1].best_epoch, reports[-1].best_val_acc) == (result.best_epoch, result.val_acc)
+    assert math.isnan(reports[0].best_val_acc) and reports[1].best_epoch == 2
+
+    # Reported while training runs: a callback that raises stops it after that epoch.
+    seen: list[int] = []
+
+    def stop_at_two(report: EpochReport) -> None:
+        seen.append(report.epoch)
+        if report.epoch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_model(small_store, "sage", config, on_epoch=stop_at_two)
+    assert seen == [1, 2]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -28,6 +28,16 @@ async def list_datasets(core: RouterDep) -> DatasetList:
 
 
 @router.get(
+    "/datasets/{dataset}",
+    response_model=DatasetInfo,
+    responses={404: {"model": ErrorResponse, "description": "Unknown dataset."}},
+)
+async def get_dataset(dataset: DatasetDep) -> DatasetInfo:
+    """Describes one served dataset, as `GET /v1/datasets` lists it."""
+    return DatasetInfo(**dataset.info())
+
+
+@router.get(
     "/datasets/{dataset}/variants",
     response_model=VariantList,
     responses={404: {"model": ErrorResponse, "description": "Unknown dataset."}},
