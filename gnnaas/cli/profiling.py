@@ -56,6 +56,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         only=args.only,
         on_phase=lambda message: _say(args, message),
         graph_version=version,
+        state_dir=settings.state_dir if version else None,
         **_pipeline(settings, device),
     )
     for variant_id, reason in result.skipped:

@@ -363,12 +363,13 @@ class Selection:
 class _Admissible:
     """What one table keeps per tolerance: derived from the candidates only, plus memos."""
 
-    __slots__ = ("admitted", "fastest", "idle", "ids", "kept", "lookup", "service")
+    __slots__ = ("admitted", "fastest", "idle", "ids", "kept", "lookup", "mixed", "service")
 
     def __init__(self, admitted: tuple[Candidate, ...], lookups: frozenset[str]) -> None:
         self.admitted = admitted  # most accurate first
         self.ids = tuple(c.variant_id for c in admitted)
         self.lookup = tuple(v in lookups for v in self.ids)
+        self.mixed = any(self.lookup) and not all(self.lookup)  # lookups and computed batches
         self.fastest = fastest_everywhere(admitted)
         # the idle device's choice per (request size, batch cap): its index
         self.idle: dict[tuple[int, int | None], int] = {}
@@ -500,11 +501,14 @@ class DecisionTable:
         return hit
 
     def _idle(self, entry: _Admissible, num_nodes: int, load: LoadSnapshot) -> Selection:
-        """The choice on an idle device: every computed variant predicted at one slowdown, which
-        does not change their order, so the choice is made once per request size (a precomputed
-        variant is compared as profiled: a lookup's time is a fraction of a computed batch's)
-        and its prediction scaled by the slowdown of its kind."""
+        """The choice on an idle device: every variant predicted at one slowdown, which changes
+        neither their order nor the tie band, so the choice is made once per request size and
+        its prediction scaled by that slowdown. When a lookup runs at another slowdown than a
+        computed batch and both kinds are admitted, the order can change: computed per
+        request."""
         cap = load.max_batch_nodes
+        if load.lookup_slowdown != load.slowdown and entry.mixed:
+            return self._timed(entry, num_nodes, None, load)
         i = entry.idle.get((num_nodes, cap))
         if i is None:
             if len(entry.idle) >= _SIZES_KEPT:

@@ -141,6 +141,9 @@ class ProfileOptions:
         graph_version (int, optional): the version of the live graph the store is a snapshot
             of (``gnnaas profile --state-dir``), which a precomputed variant's answers must be
             of; ``0`` for the dataset as loaded. (default: ``0``)
+        state_dir (str | Path, optional): the server's state folder that live graph was read
+            from, named in the commands a precomputed variant's mismatch suggests.
+            (default: ``None``)
 
     Raises:
         ValueError: a value out of its range.
@@ -157,6 +160,7 @@ class ProfileOptions:
     inline_max_nodes: int = INLINE_MAX_NODES
     feature_cache_mb: float = 0.0
     graph_version: int = 0
+    state_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "runs"):
@@ -254,8 +258,8 @@ def profile_dataset(
         ValueError: an option out of its range (:class:`ProfileOptions`).
         ArtifactError: the repository has no variant of the dataset, or none could be profiled;
             with ``only``: no existing profiles, an unknown id, another variant missing
-            from the existing profiles, or one of ``only`` that could not be timed (its reason;
-            the files are left as they were).
+            from the existing profiles, or a variant that could not be opened or timed (its
+            reason; the files are left as they were: writing them would drop its rows).
 
     Example:
         >>> repo = VariantRepository("variants")
@@ -305,7 +309,9 @@ class _ProfileRun:
     ) -> None:
         self.store, self.repo, self.device, self.opts = store, repo, device, opts
         self.folder = out_dir / store.name
-        self.graph = RuntimeGraph(store, seed=opts.sampler_seed, version=opts.graph_version)
+        self.graph = RuntimeGraph(
+            store, seed=opts.sampler_seed, version=opts.graph_version, state_dir=opts.state_dir
+        )
         self.skipped: list[tuple[str, str]] = []
         self.rows: list[dict[str, Any]] = []
         self.parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -489,10 +495,10 @@ class _ProfileRun:
         if not rows:
             reasons = "; ".join(f"{v}: {r}" for v, r in skipped)
             raise ArtifactError(f"no variant of {name} could be profiled ({reasons})")
-        untimed = [(v, r) for v, r in skipped if only and v in only]
-        if untimed:  # --only X that X could not be timed: keep every file as it was
-            reasons = "; ".join(f"{v}: {r}" for v, r in untimed)
-            raise ArtifactError(f"could not time {reasons}; no profile was changed")
+        if only and skipped:  # keep every file as it was: a variant's rows would be lost
+            reasons = "; ".join(f"{v}: {r}" for v, r in skipped)
+            what = "time" if all(v in only for v, _ in skipped) else "open"
+            raise ArtifactError(f"could not {what} {reasons}; no profile was changed")
         on_phase(f"bootstrapping the paired accuracy intervals of {len(rows) // 2} variant(s)")
         add_accuracy_intervals(rows, self.parts)
         on_phase(f"writing {PROFILES_FILE} and {SERVICE_TIMES_FILE} to {self.folder}")

@@ -43,6 +43,7 @@ def plain_rule(
     snap: LoadSnapshot,
     tie_margin: float,
     now: float = 0.0,
+    lookups: frozenset[str] = frozenset(),
 ) -> tuple[str, float]:
     """The rule of docs/architecture.md §6 read plainly, with no memo and no shortcut: the
     oracle the decision table's fast paths are checked against."""
@@ -51,7 +52,8 @@ def plain_rule(
     scored = []
     for c in admitted:
         load = snap.variants.get(c.variant_id)
-        slowdown = snap.slowdown if load is None else load.slowdown
+        idle = snap.lookup_slowdown if c.variant_id in lookups else snap.slowdown
+        slowdown = idle if load is None else load.slowdown
         room = math.inf if load is None else load.room_nodes
         served = c.service.predict_batched(stream, snap.max_batch_nodes)
         predicted = max(snap.ahead_ms, 0.0) + slowdown * served
@@ -607,20 +609,31 @@ def _loads(cands: list[Candidate]) -> list[LoadSnapshot]:
     return out
 
 
+@pytest.mark.parametrize("lookup", [False, True])
 @pytest.mark.parametrize("margin", [0.0, 0.1, 0.5])
-def test_the_tables_memoized_paths_decide_as_the_plain_rule(margin: float) -> None:
+def test_the_tables_memoized_paths_decide_as_the_plain_rule(margin: float, lookup: bool) -> None:
     # One table deciding many requests (its memo filled as it goes: admissible sets, idle
-    # choices, profiled times, kept streams) against the rule read plainly on every load.
+    # choices, profiled times, kept streams) against the rule read plainly on every load; with
+    # a precomputed variant, idle loads whose lookups run at another slowdown are added.
     cands = [*_candidates(), Candidate("sage-random-8x", 84.0, ServiceCurve((1, 1024), (0.5, 40)))]
-    table = DecisionTable(cands, tie_margin=margin)
+    lookups = frozenset()
+    loads = _loads(cands)
+    if lookup:
+        exact = Candidate("sage-full-1x@exact", 89.0, ServiceCurve((1, 1024), (0.6, 9.0)))
+        cands, lookups = [*cands, exact], frozenset({exact.variant_id})
+        loads += [
+            LoadSnapshot(slowdown=s, lookup_slowdown=lk, max_batch_nodes=1024)
+            for s, lk in ((1.0, 6.0), (3.0, 0.5), (2.0, 2.0))
+        ]
+    table = DecisionTable(cands, lookups=lookups, tie_margin=margin)
     for _ in range(2):  # the second pass reads every memo
-        for snap in _loads(cands):
+        for snap in loads:
             for tol in (None, 0.0, 1.0, 5.0, 50.0):
                 for nodes in (1, 4, 64, 2000):
                     for slo in (None, 0.3, 6.0):
                         request = RequestSpec(nodes, tol, slo)
                         got = table.decide(request, snap, now=0.0)
-                        want, want_ms = plain_rule(request, cands, snap, margin)
+                        want, want_ms = plain_rule(request, cands, snap, margin, lookups=lookups)
                         if math.isnan(got.predicted_ms):  # kept without reading the load
                             admitted = table.admissible(request.effective_tolerance)
                             kept_stream = got.variant_id == snap.current and snap.busy

@@ -287,6 +287,35 @@ def test_only_times_one_variant_and_keeps_the_others(
     assert after["diff_best_lo"].notna().all()
 
 
+def test_only_changes_nothing_when_a_kept_variant_cannot_be_opened(
+    small_store: Any, tiny_repo: VariantRepository, profiled: Any, tmp_path: Path
+) -> None:
+    # Writing the files without the variant that failed to open would drop its rows.
+    first, _ = profiled
+    folder = tmp_path / "profiles" / small_store.name
+    shutil.copytree(first.path.parent, folder)
+    repo = VariantRepository(tmp_path / "variants")
+    shutil.copytree(tiny_repo.root, repo.root, dirs_exist_ok=True)
+    for weights in repo.path(small_store.name, "gin-full-1x").glob("*.safetensors"):
+        weights.write_bytes(b"not a safetensors file")
+    before = {f.name: f.read_bytes() for f in folder.iterdir()}
+    kwargs: dict[str, Any] = {"runs": 1, "warmup": 0, "min_time_s": 0.0, "service_runs": 1}
+    with pytest.raises(ArtifactError) as error:
+        profile_dataset(
+            small_store,
+            repo,
+            tmp_path / "profiles",
+            batch_size=TINY.batch_size,
+            calibration=FIXED_RATES,
+            only=["sage-random-4x"],
+            **kwargs,
+        )
+    message = str(error.value)
+    assert message.startswith("could not open gin-full-1x: ")
+    assert message.endswith("no profile was changed")
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before
+
+
 def test_only_needs_existing_profiles_and_known_ids(
     small_store: Any, tiny_repo: VariantRepository, tmp_path: Path
 ) -> None:

@@ -226,3 +226,31 @@ def test_feature_caches_are_planned_on_cuda_only_within_the_budget(
     assert cached(requests)[0].predictions == plain(requests)[0].predictions
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         _settings(tmp_path, feature_cache_mb=-1)
+
+
+def test_a_dataset_it_does_not_serve_leaves_its_live_state_unheld(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    # Two datasets with a state folder; "other" has no routable variant: the load that skips it
+    # lets go of the live state it opened, so another process may serve it.
+    from gnnaas.serving.core.live import LiveState
+
+    stores["tiny"], stores["other"] = tiny_store(), tiny_store("other")
+    write_tiny_repository(tmp_path, stores["tiny"])
+    write_tiny_repository(tmp_path / "b", stores["other"], profiled=())
+    (tmp_path / "b" / "variants" / "other").rename(tmp_path / "variants" / "other")
+    (tmp_path / "b" / "profiles" / "other").rename(tmp_path / "profiles" / "other")
+    state = tmp_path / "state"
+    registry = VariantRegistry.load(_settings(tmp_path, state_dir=state))
+    try:
+        assert list(registry.datasets) == ["tiny"]
+        assert registry.notes[-1].startswith("dataset other skipped: no variant could be loaded")
+        assert LiveState.is_open("tiny", state) and not LiveState.is_open("other", state)
+        # A reload of the served dataset keeps its state open (writes and lock are kept).
+        again = VariantRegistry.load(_settings(tmp_path, state_dir=state, datasets=["tiny"]))
+        assert again.datasets["tiny"].live is registry.datasets["tiny"].live
+        assert LiveState.is_open("tiny", state)
+    finally:
+        live = registry.datasets["tiny"].live
+        assert live is not None
+        live.close()

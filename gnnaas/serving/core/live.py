@@ -87,6 +87,11 @@ class LiveState:
             )
         return state
 
+    @classmethod
+    def is_open(cls, store_name: str, state_dir: Path | str) -> bool:
+        """Whether this process holds the live state of ``store_name`` under ``state_dir``."""
+        return (str(Path(state_dir).resolve()), store_name) in cls._OPEN
+
     def close(self) -> None:
         """Closes the log and releases the lock (after the last write)."""
         if self._OPEN.get(self.key) is self:

@@ -361,9 +361,30 @@ class _Loader:
             self._skip(name, f"no profiles.csv in {where}; run `gnnaas profile --dataset {name}`")
             return None
         _log.info("dataset %s: loading its graph and %d variants", name, len(manifests))
+        held = self._held(name)
         graph = self._graph(name, manifests[0].seed)
         if graph is None:
             return None
+        served = None
+        try:
+            served = self._served(graph, manifests)
+        finally:  # a live state this load opened for a dataset it does not serve is let go
+            if served is None and graph.live is not None and not held:
+                graph.live.close()
+        return served
+
+    def _held(self, name: str) -> bool:
+        """Whether this process already holds the dataset's live state (a reload's)."""
+        if self.settings.state_dir is None:
+            return False
+        from gnnaas.serving.core.live import LiveState
+
+        return LiveState.is_open(name, self.settings.state_dir)
+
+    def _served(self, graph: RuntimeGraph, manifests: Sequence[Any]) -> ServedDataset | None:
+        """The dataset on ``graph`` with the variants that could be opened, or ``None`` (and a
+        note) when none is routable."""
+        name = graph.name
         first_note = len(self.notes)
         variants = self._variants(graph, manifests)
         if not any(v.routable for v in variants):
