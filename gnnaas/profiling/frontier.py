@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REQUEST_SIZES",
-    "ROUTER_TIE_MARGIN",
     "TOLERANCES",
     "RouterView",
     "frontier_table",
@@ -47,8 +46,6 @@ TOLERANCES: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0)
 """Accuracy tolerances (points) of the tolerance table and plot."""
 REQUEST_SIZES: tuple[int, ...] = (1, 64)
 """Request sizes (target nodes) at which the report asks the router for its pick."""
-ROUTER_TIE_MARGIN = TIE_MARGIN
-"""The server's default ``GNNAAS_TIE_MARGIN`` (:data:`gnnaas.policy.TIE_MARGIN`)."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +188,7 @@ def tolerance_table(
     tolerances: Sequence[float] = TOLERANCES,
     sizes: Sequence[int] = REQUEST_SIZES,
     *,
-    tie_margin: float = ROUTER_TIE_MARGIN,
+    tie_margin: float = TIE_MARGIN,
     test: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The variant an idle router picks per tolerance and request size, and its test loss.
@@ -213,7 +210,7 @@ def tolerance_table(
         sizes (Sequence[int], optional): request sizes in target nodes.
             (default: :data:`REQUEST_SIZES`)
         tie_margin (float, optional): the router's ``GNNAAS_TIE_MARGIN``.
-            (default: :data:`ROUTER_TIE_MARGIN`)
+            (default: :data:`gnnaas.policy.TIE_MARGIN`, the server's ``GNNAAS_TIE_MARGIN``)
         test (pandas.DataFrame, optional): the test rows of ``profiles.csv``, to measure each
             pick's test loss.
 

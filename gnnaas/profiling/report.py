@@ -42,7 +42,7 @@ from pathlib import Path
 import pandas as pd
 
 from gnnaas.errors import ArtifactError
-from gnnaas.policy import LOSS_MARGIN
+from gnnaas.policy import LOSS_MARGIN, TIE_MARGIN, describe_rule
 from gnnaas.profiling.analysis import (
     VAL_TEST_TOLERANCE,
     comparable_prunes,
@@ -55,7 +55,6 @@ from gnnaas.profiling.analysis import (
 )
 from gnnaas.profiling.frontier import (
     REQUEST_SIZES,
-    ROUTER_TIE_MARGIN,
     RouterView,
     frontier_table,
     read_router_view,
@@ -291,12 +290,9 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
     sizes = " and ".join(_nodes(int(n)) for n in dict.fromkeys(table["num_nodes"]))
     lines.append(
         "The router's own rule (gnnaas.policy), applied to the candidates the server "
-        "builds from profiles.csv and service_times.csv. Admission: with loss L = the most "
-        "accurate variant's validation accuracy minus a variant's, and [L_lo, L_hi] its paired "
-        "95% interval, the variant is admissible under tolerance N when L_lo ≤ N (its loss is "
-        f"not measurably above N) and L_hi ≤ N + {LOSS_MARGIN:g} (with 95% confidence it loses "
-        f"at most N + {LOSS_MARGIN:g} points); N = 0 admits the variants statistically tied with "
-        "the best. Among the admissible variants on the frontier (section 4) the router "
+        "builds from profiles.csv and service_times.csv, on validation accuracies. "
+        + describe_rule()
+        + " Among the admissible variants on the frontier (section 4) the router "
         "predicts each one's time from its service curve at the request's size; times within "
         f"{100 * tie_margin:g} % of the smallest (GNNAAS_TIE_MARGIN) are ties, which go to the "
         "most accurate."
@@ -572,7 +568,7 @@ def _draw_plots(
     return drawn | {names["vt"], names["model"]}
 
 
-def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGIN) -> Path:
+def write_report(profiles_dir: PathType, *, tie_margin: float = TIE_MARGIN) -> Path:
     """Writes ``report.md`` and the plots of :data:`PLOT_FILES` next to ``profiles.csv``.
 
     A plot with nothing to show is not drawn (its section says why) and an earlier report's file
@@ -582,7 +578,7 @@ def write_report(profiles_dir: PathType, *, tie_margin: float = ROUTER_TIE_MARGI
         profiles_dir (str or PathLike): ``profiles/<dataset>`` (the dataset name's case may
             differ from the folder's).
         tie_margin (float, optional): the router's ``GNNAAS_TIE_MARGIN`` the picks are made
-            with. (default: :data:`~gnnaas.profiling.frontier.ROUTER_TIE_MARGIN`, the server's
+            with. (default: :data:`~gnnaas.policy.TIE_MARGIN`, the server's
             default)
 
     Returns:

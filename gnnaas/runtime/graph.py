@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -26,9 +26,6 @@ from torch import Tensor
 from gnnaas.inference.path import InferencePath, Sampler
 from gnnaas.sampling import DepthSampler, NeighborSampler
 from gnnaas.typing import Device
-
-if TYPE_CHECKING:
-    from gnnaas.data.live import LiveGraph
 
 __all__ = ["SAMPLER", "GraphSource", "RuntimeGraph", "sampled_path", "training_sampler"]
 
@@ -148,11 +145,6 @@ class RuntimeGraph:
     def name(self) -> str:
         """The dataset's name."""
         return self.store.name
-
-    @property
-    def live_graph(self) -> LiveGraph | None:
-        """The live graph, ``None`` for a graph that takes no writes."""
-        return None if self.live is None else self.live.graph
 
     @property
     def num_nodes(self) -> int:

@@ -15,6 +15,7 @@ import pytest
 
 from gnnaas.errors import ArtifactError
 from gnnaas.policy import (
+    TIE_MARGIN,
     Candidate,
     DecisionTable,
     LoadSnapshot,
@@ -22,6 +23,7 @@ from gnnaas.policy import (
     RequestSpec,
     Selection,
     ServiceCurve,
+    describe_rule,
 )
 from gnnaas.profiling.analysis import (
     display_order,
@@ -32,7 +34,6 @@ from gnnaas.profiling.analysis import (
     val_test_gaps,
 )
 from gnnaas.profiling.frontier import (
-    ROUTER_TIE_MARGIN,
     frontier_table,
     read_router_view,
     router_view,
@@ -174,7 +175,7 @@ def test_paired_width() -> None:
 def test_report_tie_margin_is_the_servers_default() -> None:
     from gnnaas.serving.core.settings import Settings
 
-    assert Settings.model_fields["tie_margin"].default == ROUTER_TIE_MARGIN
+    assert Settings.model_fields["tie_margin"].default == TIE_MARGIN
 
 
 def test_ranking_gaps_and_val_test_gaps(fake_rows: list[dict[str, Any]]) -> None:
@@ -234,7 +235,7 @@ def test_report_with_intervals_and_local_links(interval_profiles_dir: Path) -> N
     assert "## 2. Accuracy with its uncertainty" in text
     assert "accuracy % [95%]" in text and "Δ best [95%]" in text
     section = text.split("## 3. The router's pick under accuracy tolerance")[1].split("## 4.")[0]
-    assert "L_lo ≤ N" in section and "L_hi ≤ N + 1" in section
+    assert describe_rule() in section  # the rule in the words of gnnaas.policy
     assert "idle router" in section and "under load" in section.lower()
     assert "test loss vs baseline" in section and "test loss vs test best [95%]" in section
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]

@@ -357,6 +357,16 @@ async def test_concurrent_reloads_run_one_after_the_other() -> None:
     assert source.loads == 3
 
 
+async def test_concurrent_router_reloads_number_their_generations_one_by_one() -> None:
+    # The router's own reload (not only the admin route's) runs one at a time.
+    source = ToySource()
+    app, _ = _toy_app(source)
+    async with _serving(app):
+        router = app.state.router
+        numbers = await asyncio.gather(*(router.reload(source()) for _ in range(3)))
+        assert sorted(numbers) == [2, 3, 4] and router.generation == 4
+
+
 # -- SIGHUP --------------------------------------------------------------------------------------
 
 

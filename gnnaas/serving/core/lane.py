@@ -71,7 +71,6 @@ class Lane:
         self.variant = variant
         self.handler = handler
         self.slowdown = slowdown
-        self.lookup = variant.answers is not None  # a precomputed variant: its own slowdown shape
         self._metrics = metrics
         self.drift = DriftRecord()  # published by the router when the lane goes live
         self.batcher: Batcher[ExecRequest, ExecResult] = Batcher(
@@ -88,7 +87,7 @@ class Lane:
             clock=clock,
             on_busy=None
             if busy is None
-            else (lambda now: (busy.add if now else busy.discard)(self)),
+            else (lambda is_busy: (busy.add if is_busy else busy.discard)(self)),
         )
 
     def __repr__(self) -> str:
@@ -96,7 +95,7 @@ class Lane:
 
     def slowdown_at(self, nodes: int) -> float:
         """The device's slowdown for a batch of ``nodes`` on this lane (:meth:`Slowdown.at`)."""
-        return self.slowdown.at(nodes, self.lookup)
+        return self.slowdown.at(nodes, self.variant.lookup)
 
     def _predict_s(self, nodes: int) -> float:
         """The predicted time (s) of a batch of ``nodes`` on this lane: its profiled curve times
@@ -124,7 +123,7 @@ class Lane:
         measured_s = stats.handler_s if math.isfinite(stats.handler_s) else stats.duration_s
         measured_ms = measured_s * 1e3
         factor = self.slowdown_at(nodes)  # in force while the batch ran (not yet folded in)
-        self.slowdown.observe(measured_ms, predicted_ms, nodes, self.lookup)
+        self.slowdown.observe(measured_ms, predicted_ms, nodes, self.variant.lookup)
         self.drift.add(nodes, predicted_ms=predicted_ms, measured_ms=measured_ms, factor=factor)
         self._metrics.batch_time(
             self.dataset.name,

@@ -351,7 +351,9 @@ class _Loader:
         manifests, unreadable = self.repo.scan(name)
         if unreadable and self.strict:
             raise ArtifactError(f"variant {name}/{unreadable[0][0]}: {unreadable[0][1]}")
-        self.notes.extend(f"variant {name}/{v} skipped: {reason}" for v, reason in unreadable)
+        for variant_id, reason in unreadable:
+            self.notes.append(f"variant {name}/{variant_id} skipped: {reason}")
+            _log.warning("skipping variant %s/%s: %s", name, variant_id, reason)
         if not manifests:
             where = self.variants_dir / name
             self._skip(name, f"no variants in {where}; run `gnnaas prepare --dataset {name}`")

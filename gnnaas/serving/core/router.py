@@ -147,6 +147,7 @@ class Router:
         self._busy: set[Lane] = set()
         self._gate: asyncio.Semaphore | None = None
         self._drains: set[asyncio.Future[None]] = set()  # retired generations still draining
+        self._reloading = asyncio.Lock()  # one reload at a time: each numbers the next generation
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -217,7 +218,8 @@ class Router:
         no ``await`` in between: a request routed before the swap is already queued on an old
         lane, one routed after it sees only the new generation. The old lanes then stop taking
         requests and serve the ones queued on them (bounded by ``shutdown_timeout_s``) before
-        this returns. If building fails, nothing changes.
+        this returns. If building fails, nothing changes. Reloads run one at a time (a second
+        waits for the first), so each generation has its own number.
 
         Args:
             registry (VariantRegistry): the new set to serve (device of the current one).
@@ -229,6 +231,10 @@ class Router:
             OverloadedError: the router is not started or is shutting down.
             Exception: whatever building or warming up a variant raised; the old set stays.
         """
+        async with self._reloading:
+            return await self._reload(registry)
+
+    async def _reload(self, registry: VariantRegistry) -> int:
         if not self.started or self.stopping:
             raise OverloadedError("the server is starting or shutting down; reload later")
         gen = await self._build(self.generation + 1, registry)

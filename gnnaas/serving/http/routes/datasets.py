@@ -46,7 +46,7 @@ async def list_variants(core: RouterDep, dataset: DatasetDep) -> VariantList:
     """Lists a dataset's variants with their profiles and current load."""
     if core.registry.get(dataset.name) is not dataset:  # a reload swapped the set meanwhile
         dataset = dataset_of(core, dataset.name)
-    snapshot = core.load_snapshot(dataset)  # the same object the policy decides on
+    snapshot = core.load_snapshot(dataset)  # what a decision under load reads
     admitted_at = admitting_tolerances(dataset.routable_candidates)
     details = []
     for v in dataset.variants.values():
