@@ -13,10 +13,17 @@ Per stream the tables count answers 200 within the deadline (client clock: from 
 scheduled send time to its answer), 200 late (more than the deadline plus 5 ms after it was
 scheduled), 503 (refused at admission: no variant predicted in time, queue full or shed for a
 higher priority), 504 (expired in the queue) and other outcomes; the client's own lag (how late it
-sent) and CPU say whether the client kept up with the offered rate. One Python client sends a
-few thousand requests per second; ``--client-processes N`` spreads every stream over ``N``
+sent) and CPU say whether the client kept up with the offered rate. *Goodput* is the answers 200
+within their deadline per second, over the run.
+
+The open-loop streams come from ``h2load`` (nghttp2's C load generator, :mod:`h2load`) when it
+is installed (``--client h2load``, the default then): each stream at a constant rate per
+connection from several processes with distinct bodies, a client that keeps up with single-node
+requests at 2× on one core. Without it (or ``--client raw``/``aiohttp``) one Python client sends
+a few thousand requests per second; ``--client-processes N`` spreads every stream over ``N``
 client processes (each an independent share of each Poisson stream, started together), for a
-machine with cores to spare beside the server.
+machine with cores to spare beside the server. ``--server-cpus 0 --client-cpus 1`` keeps the
+load generator off the server's core on a 2-core machine.
 
 Writes ``deadlines.json`` and ``deadlines.md`` (``--render JSON`` rewrites the page from the JSON).
 
@@ -55,6 +62,9 @@ from common import (
     utc_now,
     wait_idle,
 )
+from h2load import INSTALL as H2LOAD_INSTALL
+from h2load import available as h2load_available
+from h2load import drive_h2load
 from loadgen import ServerProcess, StepResult, StepSpec, drive, free_port
 from measure import percentile, rate_at_bound
 
@@ -121,6 +131,9 @@ def _streams(
             seed=seed * 10 + i,
         )
         streams.append((headers, spec))
+    if args.client == "h2load":
+        done = drive_h2load(url, bodies, streams, bodies_per_stream=args.bodies_per_stream)
+        return dict(zip((p for p, _ in STREAMS), done, strict=True))
     done = drive(
         url,
         bodies,
@@ -147,6 +160,7 @@ def outcome(result: StepResult, deadline_ms: float) -> dict[str, Any]:
     return {
         "sent": int(result.sent),
         "offered_rps": result.spec.rate_rps,
+        "goodput_rps": float(within.sum()) / result.wall_s if result.wall_s > 0 else 0.0,
         "ok_within": float(within.sum()) / sent,
         "ok_late": float(late.sum()) / sent,
         "ok_late_count": int(late.sum()),
@@ -187,6 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load": args.load,
         "streams": [list(s) for s in STREAMS],
         "client": args.client,
+        "bodies_per_stream": args.bodies_per_stream,
         "client_processes": args.client_processes,
         "server_cpus": args.server_cpus,
         "client_cpus": args.client_cpus,
@@ -246,7 +261,10 @@ def _ms(x: float) -> str:
 
 def _clients(results: dict[str, Any]) -> str:
     n = results.get("client_processes", 1)
-    text = "one Python process" if n == 1 else f"{n} Python processes"
+    if results.get("client") == "h2load":
+        text = f"h2load, {results.get('bodies_per_stream', '?')} processes per stream"
+    else:
+        text = "one Python process" if n == 1 else f"{n} Python processes"
     server, client = results.get("server_cpus"), results.get("client_cpus")
     if client is not None:
         text += f" on core(s) {', '.join(map(str, client))}"
@@ -278,11 +296,20 @@ def render(results: dict[str, Any]) -> str:
         f"{_size_text(results)} at `X-Accuracy-Tolerance: {results['tolerance']:g}`. Sustained "
         f"rate (closed loop, p99 ≤ {d:g} ms, no deadline or priority headers): "
         f"**{results['sustained']['rate_rps']:,.0f} req/s**. Offered: {results['load']:g}× that, "
-        f"**{results['offered_rps']:,.0f} req/s** open loop in three Poisson streams "
+        f"**{results['offered_rps']:,.0f} req/s** open loop in three "
+        + ("constant-rate" if results.get("client") == "h2load" else "Poisson")
+        + " streams "
         + ", ".join(f"{p} {100 * s:.0f} %" for p, s in results["streams"])
         + f". With headers every request carries `X-Deadline-Ms: {d:g}` and its `X-Priority`; "
-        "without, neither. Latency on the client's clock, from each request's scheduled send "
-        f"time; *late* = a 200 more than {d:g} + 5 ms after it was scheduled. Of a 200's "
+        "without, neither. Latency on the client's clock, from each request's "
+        + (
+            "send (h2load logs no schedule)"
+            if results.get("client") == "h2load"
+            else "scheduled send time"
+        )
+        + f"; *late* = a 200 more than {d:g} + 5 ms after it was "
+        + ("sent" if results.get("client") == "h2load" else "scheduled")
+        + ". Of a 200's "
         "latency, *in the server* is its `Server-Timing` total (from its arrival at the app, "
         "where the deadline starts, to its answer) and *outside it* the rest (the client, the "
         "sockets and the event loop before the app).",
@@ -339,12 +366,18 @@ def render(results: dict[str, Any]) -> str:
         high = streams["high"]
         late = sum(s["ok_late_count"] for s in streams.values())
         shed = {p: s["shed_503"] + s["expired_504"] for p, s in streams.items()}
-        lines.append(
+        line = (
             f"- repeat {row['repeat']}: high answered 200 within {d:g} ms "
             f"**{_pct(high['ok_within'])}** (goal ≥ 99 %); 200 answers later than {d:g} + 5 ms: "
             f"**{late}** (goal 0); refused or expired: high {_pct(shed['high'])}, normal "
-            f"{_pct(shed['normal'])}, low {_pct(shed['low'])} (goal: on low and normal)."
+            f"{_pct(shed['normal'])}, low {_pct(shed['low'])} (goal: on low and normal)"
         )
+        if all("goodput_rps" in s for s in streams.values()):  # runs before it: not measured
+            goodput = sum(s["goodput_rps"] for s in streams.values())
+            ratio = goodput / results["sustained"]["rate_rps"]
+            line += f"; goodput **{goodput:,.0f} req/s** = {ratio:.2f} × the sustained rate "
+            line += "(goal ≥ 0.5)"
+        lines.append(line + ".")
     if results.get("admission_metrics"):
         lines += ["", "Server counters at the end (`gnnaas_admission_total`):", "", "```"]
         lines += results["admission_metrics"]
@@ -371,7 +404,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument("--step-s", type=float, default=3.0, help="closed-loop step seconds")
     parser.add_argument("--step-max-requests", type=int, default=30_000)
-    parser.add_argument("--client", default="raw", help="aiohttp or raw (default: raw)")
+    parser.add_argument(
+        "--client",
+        choices=("h2load", "raw", "aiohttp"),
+        default="h2load" if h2load_available() else "raw",
+        help="the open-loop streams' load generator (default: h2load when installed, else raw; "
+        f"to install it: {H2LOAD_INSTALL})",
+    )
+    parser.add_argument(
+        "--bodies-per-stream",
+        type=int,
+        default=16,
+        help="h2load: processes (each one distinct body) per stream (default: 16)",
+    )
     parser.add_argument(
         "--connections", type=int, default=128, help="per stream and client process"
     )

@@ -39,14 +39,22 @@ class OverloadedError(GnnaasError):
             variant's queue), ``evicted`` (shed for higher-priority traffic), ``deadline`` (not
             predicted to meet its deadline), ``stopping`` (the server or a variant is shutting
             down or being replaced). (default: ``"queue_full"``)
+        hold_s (float, optional): how long the load that refused it is predicted to last (s);
+            ``0`` when not predicted. (default: ``0.0``)
     """
 
     def __init__(
-        self, message: str, retry_after_s: float = 1.0, *, cause: str = "queue_full"
+        self,
+        message: str,
+        retry_after_s: float = 1.0,
+        *,
+        cause: str = "queue_full",
+        hold_s: float = 0.0,
     ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.cause = cause
+        self.hold_s = hold_s
 
 
 class DeadlineExceeded(GnnaasError):

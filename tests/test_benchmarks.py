@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
 RESULTS = BENCH / "results"
-HELPERS = {"common", "loadgen", "measure", "trivial_app"}
+HELPERS = {"common", "h2load", "loadgen", "measure", "trivial_app"}
 SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in HELPERS)
 
 # Pages a benchmark wrote whose run kept no JSON, and whose figures cannot be read back from the
@@ -277,3 +277,33 @@ def test_bench_faults_counts_the_answers_around_the_kill() -> None:
             '{"detail": "replica died"}',
         ],
     }
+
+
+def test_h2load_logs_become_step_results(tmp_path: Path) -> None:
+    h2load = importlib.import_module("h2load")
+    loadgen = importlib.import_module("loadgen")
+    log = tmp_path / "log.tsv"
+    # start (µs since epoch), status, duration (µs); -1: a failed stream
+    log.write_text("1000000\t200\t1500\n1000500\t503\t300\n1001000\t-1\t0\n")
+    start, status, duration = h2load.read_log(log)
+    assert start.tolist() == [1e6, 1000500.0, 1001000.0]
+    assert status.tolist() == [200, 503, -1] and duration.tolist() == [1500.0, 300.0, 0.0]
+    cmd = h2load._command(
+        "http://127.0.0.1:1/p", tmp_path / "b", {"X-Priority": "low"}, 12.5, 40, log
+    )
+    assert cmd[:2] == ["h2load", "--h1"] and cmd[-1] == "http://127.0.0.1:1/p"
+    assert "--rps=12.5" in cmd and ["-n", "40"] == cmd[cmd.index("-n") : cmd.index("-n") + 2]
+    assert "X-Priority: low" in cmd and "Content-Type: application/json" in cmd
+
+    class Done:  # a finished process
+        returncode = 0
+
+        def communicate(self, timeout: float) -> tuple[bytes, bytes]:
+            return b"", b""
+
+    spec = loadgen.StepSpec(rate_rps=3.0, duration_s=1.0, max_requests=10)
+    result = h2load._result(spec, [(Done(), log)])
+    assert result.sent == 3 and result.status.tolist() == [200, 503, -1]
+    assert result.latency_ms[:2].tolist() == [1.5, 0.3] and result.latency_ms[2] == np.inf
+    assert result.wall_s == pytest.approx(0.0015)  # first start to the last end
+    assert result.share(503) == pytest.approx(1 / 3)

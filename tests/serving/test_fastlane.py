@@ -67,6 +67,13 @@ def toy() -> Iterator[SimpleNamespace]:
         edge_module.try_predict = real  # type: ignore[assignment]
 
 
+@pytest.fixture(autouse=True)
+def _no_refusal_left(toy: SimpleNamespace) -> None:
+    """Each test starts with no refusal of admission holding (the fake clock does not move,
+    so one would hold for the module)."""
+    toy.core.shed.clear()
+
+
 def _post(
     client: TestClient, body: Any, headers: dict[str, str], content_type: str = "application/json"
 ) -> httpx.Response:
@@ -124,6 +131,7 @@ def _both(toy: SimpleNamespace, body: Any, headers: dict[str, str]) -> httpx.Res
     """Sends a request through the lane and through the route alone, checks that the lane took
     it and that both answered and counted it alike; returns the lane's answer."""
     lane, taken, lane_counted = _send(toy, body, headers, route=False)
+    toy.core.shed.clear()  # a refusal of admission would answer the second at the edge
     routed, routed_taken, routed_counted = _send(toy, body, headers, route=True)
     assert taken is True and routed_taken is False
     _assert_same(lane, routed)

@@ -102,11 +102,13 @@ def admit(
             "X-Accuracy-Tolerance",
             retry_after_s,
             cause="deadline",
+            hold_s=max(predicted - left_ms, 0.0) / 1e3,  # until the best prediction fits
         )
     share = SLACK_SHARES[RANK[priority]]
     own_ms = speed * profile.service.predict_batched(num_nodes, max_batch_nodes)
     wait_ms = predicted - own_ms  # the queue part of the prediction
-    if share >= 1.0 or wait_ms <= share * (left_ms - own_ms):
+    allowed_ms = share * (left_ms - own_ms)
+    if share >= 1.0 or wait_ms <= allowed_ms:
         return
     raise OverloadedError(
         f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request may wait {share:.0%} of "
@@ -115,6 +117,7 @@ def admit(
         "for higher priorities; retry later, or with a higher X-Priority or a longer deadline",
         retry_after_s,
         cause="deadline",
+        hold_s=(wait_ms - max(allowed_ms, 0.0)) / 1e3,  # until the wait has shrunk to the share
     )
 
 

@@ -69,6 +69,7 @@ from gnnaas.serving.core.lane import Lane
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
+from gnnaas.serving.core.shedding import Shed, ShedBook, shed_outcome
 from gnnaas.serving.core.slowdown import Slowdown
 
 __all__ = ["NotFoundError", "Prediction", "Router"]
@@ -148,6 +149,7 @@ class Router:
         self._gate: asyncio.Semaphore | None = None
         self._drains: set[asyncio.Future[None]] = set()  # retired generations still draining
         self._reloading = asyncio.Lock()  # one reload at a time: each numbers the next generation
+        self.shed = ShedBook()  # admission's refusals that still hold (the edge applies them)
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -246,6 +248,7 @@ class Router:
         self._go_live(gen)
         gen.current.update((d, v) for d, v in old.current.items() if (d, v) in gen.lanes)
         self._gen = gen
+        self.shed.clear()  # made on the old lanes' load
         self.metrics.generation.set(gen.number)
         for dataset, variant in old.lanes.keys() - gen.lanes.keys():
             self.metrics.untrack_drift(dataset, variant)
@@ -543,8 +546,12 @@ class Router:
             self.metrics.admitted(dataset.name, priority, "expired")
             raise
         except OverloadedError as exc:
-            shed = "shed_evicted" if exc.cause == "evicted" else "shed_queue_full"
-            self.metrics.admitted(dataset.name, priority, shed)
+            self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
+            if exc.cause in ("queue_full", "evicted"):  # until a batch makes room
+                left_ms = lane.running_ms(self.clock.now())
+                if left_ms > 0:
+                    until = self.clock.now() + left_ms / 1e3
+                    self.shed.record(dataset.name, priority, Shed(until, exc))
             raise
         if expires is not None and deadline_ms is not None:  # set together
             over_ms = (self.clock.now() - expires) * 1e3
@@ -567,6 +574,16 @@ class Router:
             selection=selection,
             graph_version=out.value.graph_version,
         )
+
+    def refusal(
+        self, dataset: str, priority: str, deadline_ms: float | None
+    ) -> OverloadedError | None:
+        """The refusal admission made that still covers a request of ``dataset`` (a served
+        name) with ``priority`` and ``deadline_ms`` (``None``: no deadline), if any: what the
+        edge answers it with before reading its body (:mod:`.shedding`)."""
+        if not self.shed:
+            return None
+        return self.shed.refusal(dataset, priority, deadline_ms, self.clock.now())
 
     def _admit(
         self,
@@ -593,8 +610,11 @@ class Router:
                 max_batch_nodes=self.settings.max_batch_nodes,
                 retry_after_s=self.settings.retry_after_s,
             )
-        except OverloadedError:
-            self.metrics.admitted(dataset.name, priority, "shed_deadline")
+        except OverloadedError as exc:
+            self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
+            if exc.hold_s > 0:
+                until = self.clock.now() + exc.hold_s
+                self.shed.record(dataset.name, priority, Shed(until, exc, deadline_ms))
             raise
 
 

@@ -1,12 +1,15 @@
-"""The edge in front of FastAPI: request ids, the 500 guard, the body limit and the fast lane.
+"""The edge in front of FastAPI: request ids, the 500 guard, the body limit, shedding, fast lane.
 
 Every HTTP request passes :class:`Edge` first, in one pass: it gives the request an id (the
 client's ``X-Request-Id`` when it is a short, log-safe token, else a generated one) returned as
 ``X-Request-Id``; it refuses bodies over ``settings.max_body_bytes`` with 413 before they are
-parsed, checking ``Content-Length`` and counting the streamed bytes; it turns an unhandled
-exception into a 500 that never carries the exception's text; and it hands a well-formed predict
-request to the fast lane (:mod:`gnnaas.serving.http.fastlane`) before FastAPI's own layers run.
-:class:`App` is the FastAPI app with the edge in front.
+parsed, checking ``Content-Length`` and counting the streamed bytes; it refuses a predict request
+that admission is shedding (its priority and deadline are covered by a refusal admission made:
+:mod:`gnnaas.serving.core.shedding`) before its body is read, with admission's own 503,
+``Retry-After`` and detail; it turns an unhandled exception into a 500 that never carries the
+exception's text; and it hands a well-formed predict request to the fast lane
+(:mod:`gnnaas.serving.http.fastlane`) before FastAPI's own layers run. :class:`App` is the
+FastAPI app with the edge in front.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import re
 from typing import Any
@@ -23,8 +27,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.metrics import ServingMetrics
-from gnnaas.serving.http.fastlane import try_predict
-from gnnaas.serving.http.requests import REQUEST_ID_KEY, START_KEY
+from gnnaas.serving.core.queues import PRIORITIES
+from gnnaas.serving.core.shedding import shed_outcome
+from gnnaas.serving.http.fastlane import predict_dataset, send_json, try_predict
+from gnnaas.serving.http.requests import REQUEST_ID_KEY, START_KEY, error_response
 
 __all__ = ["App", "Edge", "internal_error_detail"]
 
@@ -154,6 +160,8 @@ class Edge:
         if self._declared_too_large(scope):
             await self._refuse(send)
             return
+        if self.state.router.shed and await self._shed(scope, send):
+            return
         body = await self._read_body(receive, send)
         if body is None:  # refused, or the client went away
             return
@@ -169,6 +177,27 @@ class Edge:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _shed(self, scope: Scope, send: Send) -> bool:
+        """Refuses a predict request that a refusal of admission covers, from its path and
+        headers alone (its body is never read); ``False`` leaves it to the rest of the edge."""
+        core = self.state.router
+        name = predict_dataset(scope)
+        served = None if name is None else core.registry.get(name)
+        if served is None:
+            return False
+        asked = _priority_and_deadline(scope)
+        if asked is None:
+            return False  # a bad header: the request's 400 words it
+        priority, deadline_ms = asked
+        refused = core.refusal(served.name, priority, deadline_ms)
+        if refused is None:
+            return False
+        status, content, headers, reason = error_response(refused)
+        self.metrics.rejected(reason)
+        self.metrics.admitted(served.name, priority, shed_outcome(refused))
+        await send_json(send, status, content, headers)
+        return True
 
     def _declared_too_large(self, scope: Scope) -> bool:
         """Whether the request's ``Content-Length`` declares more than the limit."""
@@ -221,3 +250,23 @@ class App(FastAPI):
             await edge(scope, receive, send)
         else:
             await super().__call__(scope, receive, send)
+
+
+def _priority_and_deadline(scope: Scope) -> tuple[str, float | None] | None:
+    """A predict request's ``X-Priority`` (default ``normal``) and ``X-Deadline-Ms`` (``None``
+    when absent) as the edge reads them, or ``None`` when either is not a valid value."""
+    priority, deadline = "normal", None
+    for key, value in scope["headers"]:
+        if key == b"x-priority":
+            priority = value.decode("latin-1").strip().lower()
+        elif key == b"x-deadline-ms":
+            deadline = value
+    if priority not in PRIORITIES:
+        return None
+    if deadline is None:
+        return priority, None
+    try:
+        number = float(deadline)
+    except ValueError:
+        return None
+    return (priority, number) if math.isfinite(number) and number > 0 else None

@@ -34,7 +34,7 @@ from gnnaas.serving.http.requests import (
 )
 from gnnaas.serving.http.routes.predict import answer
 
-__all__ = ["PREDICT_PREFIX", "try_predict"]
+__all__ = ["PREDICT_PREFIX", "predict_dataset", "send_json", "try_predict"]
 
 PREDICT_PREFIX = "/v1/datasets/"
 _SUFFIX = "/predict"
@@ -61,7 +61,8 @@ def _body(body: bytes) -> tuple[list[int], Output] | None:
     return None  # "embedding" and every other value: left to the route
 
 
-async def _send(send: Send, status: int, content: bytes, headers: dict[str, str]) -> None:
+async def send_json(send: Send, status: int, content: bytes, headers: dict[str, str]) -> None:
+    """Sends a whole JSON response with ``headers`` (the request id is added by the edge)."""
     await send(
         {
             "type": "http.response.start",
@@ -74,6 +75,23 @@ async def _send(send: Send, status: int, content: bytes, headers: dict[str, str]
         }
     )
     await send({"type": "http.response.body", "body": content})
+
+
+def predict_dataset(scope: Scope) -> str | None:
+    """The dataset name of a ``POST /v1/datasets/{d}/predict`` (under the app's root path, Ray
+    Serve's route prefix), else ``None``."""
+    path = scope["path"]
+    root = scope.get("root_path")
+    if root and path.startswith(root):  # mounted under a prefix (Ray Serve's route prefix)
+        path = path[len(root) :]
+    if scope["method"] != "POST" or not path.startswith(PREDICT_PREFIX):
+        return None
+    if not path.endswith(_SUFFIX):
+        return None
+    name = path[len(PREDICT_PREFIX) : -len(_SUFFIX)]
+    if not name or "/" in name or "%" in name:
+        return None
+    return name
 
 
 async def try_predict(core: Router, scope: Scope, body: bytes, send: Send) -> bool:
@@ -89,16 +107,8 @@ async def try_predict(core: Router, scope: Scope, body: bytes, send: Send) -> bo
     Returns:
         bool: whether the request was answered here.
     """
-    path = scope["path"]
-    root = scope.get("root_path")
-    if root and path.startswith(root):  # mounted under a prefix (Ray Serve's route prefix)
-        path = path[len(root) :]
-    if scope["method"] != "POST" or not path.startswith(PREDICT_PREFIX):
-        return False
-    if not path.endswith(_SUFFIX) or not core.started or core.stopping:
-        return False
-    name = path[len(PREDICT_PREFIX) : -len(_SUFFIX)]
-    if not name or "/" in name or "%" in name:
+    name = predict_dataset(scope)
+    if name is None or not core.started or core.stopping:
         return False
     served = core.registry.get(name)
     if served is None:
@@ -139,7 +149,7 @@ async def try_predict(core: Router, scope: Scope, body: bytes, send: Send) -> bo
     except (RequestError, OverloadedError, DeadlineExceeded, ConfigError) as exc:  # as the app
         status, content, extra, reason = error_response(exc)
         core.metrics.rejected(reason)
-        await _send(send, status, content, extra)
+        await send_json(send, status, content, extra)
         return True
-    await _send(send, 200, content, extra)
+    await send_json(send, 200, content, extra)
     return True
