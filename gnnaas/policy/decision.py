@@ -281,6 +281,11 @@ class LoadSnapshot:
         own = self.variants.get(variant_id)
         return None if own is None else own.room_nodes
 
+    def alone(self, lookup: bool) -> float:
+        """The slowdown of a computed batch, or of a lookup with ``lookup`` (:class:`LoadView`;
+        the request's batch alone on an idle device)."""
+        return self.lookup_slowdown if lookup else self.slowdown
+
     def snapshot(self) -> LoadSnapshot:
         """Itself: a snapshot is the :class:`LoadView` of a load measured in full."""
         return self
@@ -314,7 +319,8 @@ class LoadView(Protocol):
 
     A decision whose answer no load can change (one admissible variant; a busy stream kept on
     the variant fastest everywhere while its queue has room) reads only :attr:`current`,
-    :attr:`idle` and :meth:`room`; any other takes the full :meth:`snapshot`. A
+    :attr:`idle` and :meth:`room`; on an idle device it reads the slowdowns of the request's
+    batch alone (:meth:`alone`); any other takes the full :meth:`snapshot`. A
     :class:`LoadSnapshot` is its own view; the router's view measures its lanes only when a
     snapshot is asked for, once per request.
     """
@@ -331,6 +337,16 @@ class LoadView(Protocol):
 
     def room(self, variant_id: str) -> int | None:
         """The room of ``variant_id``'s queue when its lane has work, ``None`` when idle."""
+        ...
+
+    @property
+    def max_batch_nodes(self) -> int | None:
+        """The largest batch a lane runs (``None``: unbounded)."""
+        ...
+
+    def alone(self, lookup: bool) -> float:
+        """The device's slowdown for a batch of the request alone (what an idle device runs):
+        a computed batch's, or a lookup's with ``lookup``."""
         ...
 
     def snapshot(self) -> LoadSnapshot:
@@ -363,13 +379,24 @@ class Selection:
 class _Admissible:
     """What one table keeps per tolerance: derived from the candidates only, plus memos."""
 
-    __slots__ = ("admitted", "fastest", "idle", "ids", "kept", "lookup", "mixed", "service")
+    __slots__ = (
+        "admitted",
+        "any_lookup",
+        "fastest",
+        "idle",
+        "ids",
+        "kept",
+        "lookup",
+        "mixed",
+        "service",
+    )
 
     def __init__(self, admitted: tuple[Candidate, ...], lookups: frozenset[str]) -> None:
         self.admitted = admitted  # most accurate first
         self.ids = tuple(c.variant_id for c in admitted)
         self.lookup = tuple(v in lookups for v in self.ids)
-        self.mixed = any(self.lookup) and not all(self.lookup)  # lookups and computed batches
+        self.any_lookup = any(self.lookup)
+        self.mixed = self.any_lookup and not all(self.lookup)  # lookups and computed batches
         self.fastest = fastest_everywhere(admitted)
         # the idle device's choice per (request size, batch cap): its index
         self.idle: dict[tuple[int, int | None], int] = {}
@@ -483,7 +510,7 @@ class DecisionTable:
             if len(entry.ids) == 1:  # nothing to compare
                 return self._kept(entry, entry.ids[0])
             if load.idle:
-                return self._idle(entry, request.num_nodes, load.snapshot())
+                return self._idle(entry, request.num_nodes, load)
             current = load.current
             if current in entry.fastest:  # wins any load: kept while its lane has work and room
                 room = load.room(current)  # type: ignore[arg-type]
@@ -500,23 +527,25 @@ class DecisionTable:
             )
         return hit
 
-    def _idle(self, entry: _Admissible, num_nodes: int, load: LoadSnapshot) -> Selection:
+    def _idle(self, entry: _Admissible, num_nodes: int, load: LoadView) -> Selection:
         """The choice on an idle device: every variant predicted at one slowdown, which changes
         neither their order nor the tie band, so the choice is made once per request size and
         its prediction scaled by that slowdown. When a lookup runs at another slowdown than a
         computed batch and both kinds are admitted, the order can change: computed per
         request."""
-        cap = load.max_batch_nodes
-        if load.lookup_slowdown != load.slowdown and entry.mixed:
-            return self._timed(entry, num_nodes, None, load)
+        cap, slowdown = load.max_batch_nodes, load.alone(False)
+        lookup_slowdown = load.alone(True) if entry.any_lookup else slowdown
+        if lookup_slowdown != slowdown and entry.mixed:
+            return self._timed(entry, num_nodes, None, load.snapshot())
         i = entry.idle.get((num_nodes, cap))
         if i is None:
             if len(entry.idle) >= _SIZES_KEPT:
                 entry.idle.clear()
             chosen = self._timed(entry, num_nodes, None, LoadSnapshot(max_batch_nodes=cap))
             i = entry.idle[(num_nodes, cap)] = entry.ids.index(chosen.variant_id)
-        slowdown = load.lookup_slowdown if entry.lookup[i] else load.slowdown
-        predicted = slowdown * self._service(entry, num_nodes, cap)[i]
+        predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * self._service(
+            entry, num_nodes, cap
+        )[i]
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
     def _service(self, entry: _Admissible, stream_nodes: int, cap: int | None) -> list[float]:

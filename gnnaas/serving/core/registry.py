@@ -14,6 +14,7 @@ the server: a corrupt variant is skipped, a variant without a profile is loaded 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,9 +138,9 @@ class ServedDataset:
         self.dominated_by = dominated(routable, lookups=lookups)
         self.candidates = tuple(c for c in routable if c.variant_id not in self.dominated_by)
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
-        """The dataset's name."""
+        """The dataset's name (read on every decision: kept once)."""
         return self.graph.name
 
     @property

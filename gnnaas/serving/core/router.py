@@ -339,15 +339,16 @@ class Router:
             elif b.queued_nodes:  # other datasets' work, or a retired lane's still draining
                 ahead += lane.queued_ms()
         size = min(max(waiting, running) + num_nodes, cap)
+        computed = slowdown.at(size)
+        lookup = slowdown.at(size, True) if lookups else 1.0
         loads = {
             v: VariantLoad.busy(
                 lane.batcher.queued_nodes,
-                lane.slowdown_at(size),
+                lookup if lane.variant.answers is not None else computed,
                 lane.batcher.room_with_eviction(priority),
             )
             for v, lane in busy.items()
         }
-        lookup = slowdown.at(size, True) if lookups else 1.0
         return LoadSnapshot.measured(
             ahead / self.settings.max_concurrent_batches,
             waiting,
@@ -355,7 +356,7 @@ class Router:
             loads,
             cap,
             current,
-            slowdown.at(size),
+            computed,
             lookup,
             False,
         )
@@ -659,6 +660,16 @@ class _Load:
     def idle(self) -> bool:
         """Nothing runs or waits on the device."""
         return not self.router._busy
+
+    @property
+    def max_batch_nodes(self) -> int:
+        """The largest batch a lane runs."""
+        return self.router.settings.max_batch_nodes
+
+    def alone(self, lookup: bool) -> float:
+        """The device's slowdown for this request's batch alone (a lookup's with ``lookup``)."""
+        router = self.router
+        return router.slowdown.at(min(self.num_nodes, router.settings.max_batch_nodes), lookup)
 
     def room(self, variant_id: str) -> int | None:
         """The room of ``variant_id``'s lane for this request's priority while it has work."""
