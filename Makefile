@@ -60,7 +60,8 @@ bench-full: $(STAMP)
 	$(BIN)/python benchmarks/bench_router.py
 
 # The CUDA tests and the CUDA latency grid in at most 5 minutes on one GPU, written to
-# benchmarks/results/gpu.md; on a machine without CUDA it says so and exits 0. `make install`
+# benchmarks/results/gpu.md; on a machine without CUDA it says so, writes nothing (the committed
+# page keeps the last GPU run) and exits 0. `make install`
 # puts the CPU build of torch in .venv: on a GPU machine point GPU_PYTHON at a Python whose torch
 # has CUDA and gnnaas installed (`$(GPU_PYTHON) -m pip install -e .` keeps a CUDA torch 2.4-2.14),
 # e.g. `make gpu-check GPU_PYTHON=~/cuda-env/bin/python`.
