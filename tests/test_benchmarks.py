@@ -280,7 +280,9 @@ def test_bench_faults_counts_the_answers_around_the_kill() -> None:
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_gpu_check_without_cuda_changes_no_results(

@@ -317,8 +317,9 @@ class ServingMetrics:
 
     def admitted(self, dataset: str, priority: str, outcome: str) -> None:
         """Records one predict request's admission ``outcome``: ``admitted`` (answered),
-        ``shed_deadline``, ``shed_queue_full``, ``shed_evicted``, ``expired`` (never computed)
-        or ``late`` (computed, but ready after its deadline: discarded)."""
+        ``shed_deadline``, ``shed_queue_full``, ``shed_evicted``, ``unmeetable`` (a deadline no
+        admissible variant meets even alone), ``expired`` (never computed) or ``late``
+        (computed, but ready after its deadline: discarded)."""
         self._child(self.admission, dataset, priority, outcome).inc()
 
     def rejected(self, reason: str) -> None:
@@ -326,7 +327,8 @@ class ServingMetrics:
 
         Reasons used by the app: ``overloaded``, ``too_many_nodes``, ``body_too_large``,
         ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``,
-        ``admin_disabled``, ``unauthorized``, ``expired`` (a deadline passed in the queue).
+        ``admin_disabled``, ``unauthorized``, ``expired`` (a deadline passed in the queue),
+        ``deadline_unmeetable`` (a deadline no admissible variant meets even alone).
         """
         self._child(self.rejections, reason).inc()
 

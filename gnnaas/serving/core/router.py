@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError, UnmeetableDeadline
 from gnnaas.inference.executor import ExecRequest, Output
 from gnnaas.policy import (
     Candidate,
@@ -480,7 +480,9 @@ class Router:
             NotFoundError: unknown pinned variant.
             OverloadedError: the chosen variant's queue is full (for this priority), the request
                 was shed for higher-priority traffic, no admissible variant is predicted to meet
-                its deadline, or the router is stopping.
+                its deadline under the current load, or the router is stopping.
+            UnmeetableDeadline: its deadline is shorter than the fastest admissible variant's
+                profiled time for it alone: no load would let it be met.
             DeadlineExceeded: its deadline passed (or would have in its batch) before it ran,
                 or its answer was ready only after it (discarded).
         """
@@ -569,7 +571,31 @@ class Router:
                 speed=self.slowdown.at(size, variant.answers is not None),
                 max_batch_nodes=self.settings.max_batch_nodes,
                 retry_after_s=self.settings.retry_after_s,
+                fastest_alone=lambda: self._fastest_alone(dataset, variant, selection, num_nodes),
             )
         except OverloadedError:
             self.metrics.admitted(dataset.name, priority, "shed_deadline")
             raise
+        except UnmeetableDeadline:
+            self.metrics.admitted(dataset.name, priority, "unmeetable")
+            raise
+
+    def _fastest_alone(
+        self,
+        dataset: ServedDataset,
+        variant: ServingVariant,
+        selection: Selection | None,
+        num_nodes: int,
+    ) -> tuple[str, float]:
+        """The variant with the smallest profiled time for ``num_nodes`` alone (no queue, no
+        slowdown) among those the decision considered (``variant`` alone when pinned), and that
+        time in ms: a deadline shorter than it is never met."""
+        cap = self.settings.max_batch_nodes
+        ids = (variant.variant_id,) if selection is None else selection.considered
+        times = []
+        for variant_id in ids:
+            profile = dataset.variants[variant_id].profile
+            if profile is not None:  # every considered variant has one, and so has a pinned one
+                times.append((profile.service.predict_batched(num_nodes, cap), variant_id))
+        alone_ms, fastest = min(times)
+        return fastest, alone_ms
