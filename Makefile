@@ -8,7 +8,7 @@ DATA_ROOT ?= $(if $(GNNAAS_DATA),$(GNNAAS_DATA),../shared/data)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint serve readme-check bench bench-full gpu-check clean
+.PHONY: install test lint serve stop readme-check bench bench-full gpu-check clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ serve: $(STAMP)
 	@echo "When the log says 'Application startup complete', try:"
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
 	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --dataset $(DATASET) --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
+
+# Stops the server on PORT however it was started (make serve in the background, gnnaas serve in
+# another shell): the pid file `gnnaas serve` keeps for its port names it; returns once it exited.
+stop:
+	@$(BIN)/gnnaas stop --host $(HOST) --port $(PORT)
 
 # Each script writes <name>.json and the pages rendered from it (quick runs: .cache/bench/results or
 # the work folder; full runs: benchmarks/results); `python benchmarks/<script>.py --render JSON`

@@ -28,6 +28,7 @@ COMMANDS = [
     "infer",
     "precompute",
     "serve",
+    "stop",
     "ray-config",
     "compact",
 ]

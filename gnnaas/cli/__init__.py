@@ -1,5 +1,5 @@
 """The ``gnnaas`` command: datasets, import, train, generate, profile, report, cache-plan, prepare,
-infer, precompute, compact, serve.
+infer, precompute, compact, serve, stop.
 
 Every command prints one line ``ErrorName: message`` and exits 1 on a user error; ``--debug``
 shows the traceback instead. Heavy modules are imported inside the commands so ``gnnaas --help``
@@ -22,7 +22,7 @@ logs stay short); ``-q``/``--quiet`` silences both.
 The commands live in one module per group: :mod:`gnnaas.cli.data` (datasets, import),
 :mod:`gnnaas.cli.variants` (train, generate, variants add), :mod:`gnnaas.cli.profiling` (profile,
 report, cache-plan, prepare), :mod:`gnnaas.cli.exact` (compact, infer, precompute) and
-:mod:`gnnaas.cli.serve` (serve, ray-config); :mod:`gnnaas.cli.common` holds what they share.
+:mod:`gnnaas.cli.serve` (serve, stop, ray-config); :mod:`gnnaas.cli.common` holds what they share.
 """
 
 from __future__ import annotations
