@@ -152,7 +152,8 @@ def test_make_stop_frees_the_port_of_a_server_make_started_in_the_background(
 ) -> None:
     """The README's way, from a script: a ``make`` target serving in the background (as ``make
     serve &``), then the repository's ``make stop``. The server make started is stopped, its
-    port is free, its pid file gone, and make itself ends without an error."""
+    port is free, its pid file gone, and make itself ends without an error. (The server also
+    logs each request: ``--access-log``.)"""
     variants_dir, profiles_dir = write_tiny_repository(tmp_path, small_store)
     port = _free_port()
     cache = tmp_path / "cache"  # the default pid file's folder, as `make stop` finds it
@@ -166,7 +167,7 @@ def test_make_stop_frees_the_port_of_a_server_make_started_in_the_background(
     (tmp_path / "Makefile").write_text(
         f"serve:\n\tGNNAAS_TORCH_THREADS=$${{GNNAAS_TORCH_THREADS:-1}} {gnnaas} serve "
         f"--variants {variants_dir} --profiles {profiles_dir} --dataset {small_store.name} "
-        f"--device cpu --host {HOST} --port $(PORT)\n"
+        f"--device cpu --host {HOST} --port $(PORT) --access-log\n"
     )
     log = tmp_path / "script.log"
     script = (
@@ -192,3 +193,4 @@ def test_make_stop_frees_the_port_of_a_server_make_started_in_the_background(
     served = (tmp_path / "serve.log").read_text()
     assert f"serve: listening on http://{HOST}:{port} (host {HOST}, port {port}, pid " in served
     assert "Application shutdown complete" in served and "Traceback" not in served
+    assert '"GET /readyz HTTP/1.1" 200' in served  # --access-log: a line per request
