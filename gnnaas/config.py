@@ -92,8 +92,9 @@ class SharedSettings(BaseSettings):
     Args:
         variants_dir (Path): the variant repository. (default: ``variants``)
         profiles_dir (Path): the profiles folder. (default: ``profiles``)
-        data_root (Path, optional): where real datasets' raw files live (``GNNAAS_DATA_ROOT`` or
-            ``GNNAAS_DATA``); synthetic and imported datasets need none. (default: ``None``)
+        data_root (Path, optional): where real datasets' raw files live (``GNNAAS_DATA``, the one
+            the docs name; ``GNNAAS_DATA_ROOT``, its older name, is still read when it is unset);
+            synthetic and imported datasets need none. (default: ``None``)
         cache_dir (Path, optional): the writable cache of processed datasets
             (``GNNAAS_CACHE``). (default: ``None``: ``~/.cache/gnnaas``)
         home_dir (Path, optional): gnnaas's data home, where ``gnnaas import`` keeps datasets
@@ -139,7 +140,7 @@ class SharedSettings(BaseSettings):
     variants_dir: Path = Path("variants")
     profiles_dir: Path = Path("profiles")
     data_root: Path | None = Field(
-        default=None, validation_alias=AliasChoices("GNNAAS_DATA_ROOT", "GNNAAS_DATA")
+        default=None, validation_alias=AliasChoices("GNNAAS_DATA", "GNNAAS_DATA_ROOT")
     )
     cache_dir: Path | None = Field(default=None, validation_alias=AliasChoices("GNNAAS_CACHE"))
     home_dir: Path | None = Field(default=None, validation_alias=AliasChoices("GNNAAS_HOME"))

@@ -8,7 +8,7 @@ stays fast and a command's first progress line appears before torch is loaded.
 Configuration is one path (:mod:`gnnaas.config`), flag > environment > default: options that
 have an environment fallback default to ``None`` here, and each command builds one settings object
 when it starts from the options given, then the ``GNNAAS_*`` variables, then the defaults
-(``--data-root`` ← ``GNNAAS_DATA_ROOT``/``GNNAAS_DATA``, ``--variants`` and ``generate --out`` ←
+(``--data-root`` ← ``GNNAAS_DATA``, ``--variants`` and ``generate --out`` ←
 ``GNNAAS_VARIANTS_DIR``, ``--profiles`` and ``profile --out`` ← ``GNNAAS_PROFILES_DIR``,
 ``--device`` ← ``GNNAAS_DEVICE``, ``--state-dir`` ← ``GNNAAS_STATE_DIR``, ``--threads`` ←
 ``GNNAAS_THREADS``, ``report --tie-margin`` ← ``GNNAAS_TIE_MARGIN``; the profiled pipeline from

@@ -208,7 +208,7 @@ def _warn_without_data_root(settings: Any, datasets: list[str]) -> None:
         print(
             f"ray-config: warning: {', '.join(real)} {'is a' if one else 'are'} real "
             f"dataset{'' if one else 's'} read from a data root, and none is set (--data-root, "
-            "GNNAAS_DATA_ROOT or GNNAAS_DATA): the config says data_root: null and the replicas "
+            "GNNAAS_DATA): the config says data_root: null and the replicas "
             f"cannot load {'it' if one else 'them'}; write it again with --data-root DIR (a "
             "folder every node sees at the same path)",
             file=sys.stderr,

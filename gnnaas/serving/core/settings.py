@@ -4,8 +4,8 @@
 :class:`Settings` extends :class:`gnnaas.config.SharedSettings` (folders, device, the served
 pipeline: see :mod:`gnnaas.config` for why one class tree): every field can be set through the
 environment with the ``GNNAAS_`` prefix, e.g. ``GNNAAS_MAX_BATCH_NODES=2048`` or
-``GNNAAS_DATASETS='["Cora"]'``; the data root also honours ``GNNAAS_DATA`` as the other commands
-do. Values are checked at start-up.
+``GNNAAS_DATASETS='["Cora"]'``; the data root is read from ``GNNAAS_DATA``, as by the other
+commands. Values are checked at start-up.
 
 Example:
     >>> Settings(variants_dir="variants", max_wait_ms=1.0).max_wait_ms
