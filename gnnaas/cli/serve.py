@@ -24,7 +24,18 @@ from gnnaas.cli.common import (
 )
 from gnnaas.errors import ConfigError
 
-__all__ = ["add_parsers"]
+__all__ = ["SERVE_OPTIONS", "add_parsers"]
+
+SERVE_OPTIONS = {
+    "variants_dir": "--variants",
+    "profiles_dir": "--profiles",
+    "data_root": "--data-root",
+    "device": "--device",
+    "datasets": "--dataset",
+    "state_dir": "--state-dir",
+}
+"""The server settings ``gnnaas serve`` sets from an option (field -> option); every other one
+is read from its ``GNNAAS_*`` variable (the README's table of knobs says which)."""
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -285,12 +296,8 @@ def _server_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     from gnnaas.serving.core.settings import Settings
 
     given = {
-        "variants_dir": args.variants,
-        "profiles_dir": args.profiles,
-        "device": args.device,
-        "data_root": args.data_root,
-        "datasets": args.dataset or None,
-        "state_dir": args.state_dir,
+        field: getattr(args, option.lstrip("-").replace("-", "_")) or None
+        for field, option in SERVE_OPTIONS.items()
     }
     # Options left out stay out, so GNNAAS_* variables and the settings' defaults apply.
     overrides = {key: value for key, value in given.items() if value is not None}

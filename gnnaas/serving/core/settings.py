@@ -57,8 +57,7 @@ class Settings(SharedSettings):
             (``GNNAAS_ADMIN_TOKEN``); unset or empty, they answer 403. (default: ``None``)
         write_token (SecretStr, optional): bearer token of the write endpoints
             (``GNNAAS_WRITE_TOKEN``); unset or empty, they answer 403. Writes also need
-            ``state_dir`` (the live graphs, :mod:`gnnaas.data.live`), which needs the ``depth``
-            sampler. (default: ``None``)
+            ``state_dir`` (the live graphs, :mod:`gnnaas.data.live`). (default: ``None``)
         shared_store_dir (Path, optional): memory-map the graph stores and pruned feature copies
             through files in this folder so that several server processes share one copy
             (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.deploy.workers`). (default:
