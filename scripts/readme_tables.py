@@ -163,7 +163,7 @@ def knobs() -> str:
     own = set(CommandSettings.model_fields) - set(SharedSettings.model_fields)
     rows += [(d, "`gnnaas --threads`") for d in describe_settings(CommandSettings) if d.name in own]
     for doc, option in rows:
-        names = " or ".join(f"`{v}`" for v in doc.variables)
+        names = f"`{doc.variables[0]}`"  # the one the docs name (an older alias stays read)
         shown = option if option is None or option.startswith("`") else f"`{option}`"
         lines.append(
             f"| `{doc.name}` | {names} | {shown or '–'} | {_cell(doc.default)} | "
