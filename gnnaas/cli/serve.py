@@ -347,7 +347,6 @@ def _serve_uvicorn(
     logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
     if not _quiet(args):  # each start-up phase says so: graphs, replayed logs, warm-up
         logging.getLogger("gnnaas").setLevel(logging.INFO)
-    server = None
     try:
         app = create_app(settings, reload_on_sighup=True)
         config = uvicorn.Config(
