@@ -35,8 +35,9 @@ readme-check: $(STAMP)
 serve: $(STAMP)
 	@$(BIN)/gnnaas serve --check-port --host $(HOST) --port $(PORT)
 	@$(BIN)/gnnaas --threads 1 prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
-	@echo "When the log says 'Application startup complete', try:"
+	@echo "When the log says 'serve: listening on http://$(HOST):$(PORT)', try:"
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
+	@echo "and stop it with: make stop$(if $(filter-out 8000,$(PORT)), PORT=$(PORT),)"
 	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --dataset $(DATASET) --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
 
 # Stops the server on PORT however it was started (make serve in the background, gnnaas serve in
