@@ -8,7 +8,7 @@ DATA_ROOT ?= $(if $(GNNAAS_DATA),$(GNNAAS_DATA),../shared/data)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint serve readme-check bench bench-full gpu-check clean
+.PHONY: install test lint serve stop readme-check bench bench-full gpu-check clean
 
 install: $(STAMP)
 
@@ -35,9 +35,15 @@ readme-check: $(STAMP)
 serve: $(STAMP)
 	@$(BIN)/gnnaas serve --check-port --host $(HOST) --port $(PORT)
 	@$(BIN)/gnnaas --threads 1 prepare --dataset $(DATASET) --data-root $(DATA_ROOT)
-	@echo "When the log says 'Application startup complete', try:"
+	@echo "When the log says 'serve: listening on http://$(HOST):$(PORT)', try:"
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/v1/datasets/$(DATASET)/predict -H 'Content-Type: application/json' -H 'X-Accuracy-Tolerance: 2' -d '{\"nodes\": [0, 1, 2]}' -D -"
+	@echo "and stop it with: make stop$(if $(filter-out 8000,$(PORT)), PORT=$(PORT),)"
 	GNNAAS_TORCH_THREADS=$${GNNAAS_TORCH_THREADS:-1} $(BIN)/gnnaas serve --dataset $(DATASET) --data-root $(DATA_ROOT) --host $(HOST) --port $(PORT)
+
+# Stops the server on PORT however it was started (make serve in the background, gnnaas serve in
+# another shell): the pid file `gnnaas serve` keeps for its port names it; returns once it exited.
+stop:
+	@$(BIN)/gnnaas stop --host $(HOST) --port $(PORT)
 
 # Each script writes <name>.json and the pages rendered from it (quick runs: .cache/bench/results or
 # the work folder; full runs: benchmarks/results); `python benchmarks/<script>.py --render JSON`
@@ -60,7 +66,8 @@ bench-full: $(STAMP)
 	$(BIN)/python benchmarks/bench_router.py
 
 # The CUDA tests and the CUDA latency grid in at most 5 minutes on one GPU, written to
-# benchmarks/results/gpu.md; on a machine without CUDA it says so and exits 0. `make install`
+# benchmarks/results/gpu.md; on a machine without CUDA it says so, writes nothing (the committed
+# page keeps the last GPU run) and exits 0. `make install`
 # puts the CPU build of torch in .venv: on a GPU machine point GPU_PYTHON at a Python whose torch
 # has CUDA and gnnaas installed (`$(GPU_PYTHON) -m pip install -e .` keeps a CUDA torch 2.4-2.14),
 # e.g. `make gpu-check GPU_PYTHON=~/cuda-env/bin/python`.

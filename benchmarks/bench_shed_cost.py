@@ -14,8 +14,9 @@ the cases taken in turn in ``--rounds`` slices of ``--requests`` each:
 - **served**: the answer computed (200), without deadline or priority headers;
 - **served, with headers**: the same with ``X-Deadline-Ms: 1000`` (never binding) and
   ``X-Priority: normal``;
-- **refused at admission**: ``X-Deadline-Ms`` shorter than any prediction (503, nothing
-  computed): the router's refusal, after the edge parsed the body and the policy predicted;
+- **refused at admission**: ``X-Deadline-Ms`` shorter than any variant's profiled time (422,
+  nothing computed): the router's refusal, after the edge parsed the body and the policy
+  predicted;
 - **refused at the edge**: an unknown ``X-Priority`` (400 before the body is read): the
   cheapest answer the app gives, a floor for any refusal made inside the server process.
 
@@ -64,7 +65,7 @@ __all__ = ["CASES", "main", "render", "served_share"]
 CASES: dict[str, tuple[dict[str, str], int]] = {
     "served": ({}, 200),
     "served, with headers": ({"X-Deadline-Ms": "1000", "X-Priority": "normal"}, 200),
-    "refused at admission": ({"X-Deadline-Ms": "0.001", "X-Priority": "normal"}, 503),
+    "refused at admission": ({"X-Deadline-Ms": "0.001", "X-Priority": "normal"}, 422),
     "refused at the edge": ({"X-Priority": "urgent"}, 400),
 }
 """Name: (headers added to the tolerance's, the status every answer must have)."""

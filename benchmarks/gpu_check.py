@@ -20,9 +20,11 @@ GPU; every loop is bounded by it):
 
 Writes ``gpu.json`` and ``gpu.md`` (generated from it, naming the card with
 :func:`torch.cuda.get_device_name`) into ``benchmarks/results/`` unless ``--out``; ``--render
-gpu.json`` rewrites the page from a saved run. Without CUDA
-it prints ``no CUDA device: nothing to check``, writes both files saying so (date and machine;
-no figure) and exits 0. The exit status is 1 only when a CUDA test failed.
+gpu.json`` rewrites the page from a saved run. Without CUDA it prints ``no CUDA device: nothing
+to check`` and exits 0 having written nothing: the committed ``gpu.json`` and ``gpu.md`` keep the
+last run on a GPU (a machine without one has nothing to replace them with); with ``--out DIR``
+it writes both files there saying so (date and machine; no figure). The exit status is 1 only
+when a CUDA test failed.
 
 Example:
     python benchmarks/gpu_check.py
@@ -53,6 +55,7 @@ from common import (
     render_saved,
     save_results,
     say,
+    shown,
     utc_now,
 )
 
@@ -317,7 +320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cell-s", type=float, default=4.0, help="most seconds per cell")
     parser.add_argument("--budget-s", type=float, default=270.0, help="whole check, seconds")
     parser.add_argument("--tests-s", type=float, default=120.0, help="most seconds for tests")
-    parser.add_argument("--out", default=None, help="(default: benchmarks/results)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder of gpu.json and gpu.md (default: benchmarks/results; without CUDA nothing "
+        "is written unless --out is given)",
+    )
     parser.add_argument("--render", metavar="JSON", help="only rewrite gpu.md beside its JSON")
     args = parser.parse_args(argv)
     if args.render:
@@ -339,6 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("no CUDA device: nothing to check")
         if torch.version.cuda is None:
             say(f"(torch {torch.__version__} is a CPU-only build; see GPU_PYTHON in the Makefile)")
+        if args.out is None:
+            # The committed page holds the last GPU run: a machine without one cannot replace it.
+            say(f"nothing written: {shown(RESULTS / 'gpu.md')} keeps the last run on a GPU")
+            return 0
     else:
         torch.set_num_threads(min(8, os.cpu_count() or 1))
         say(f"CUDA device: {results['machine']['gpu']}")

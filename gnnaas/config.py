@@ -49,7 +49,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -59,7 +61,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gnnaas.errors import ConfigError
 from gnnaas.policy import TIE_MARGIN
 
-__all__ = ["CommandSettings", "SharedSettings", "from_environment", "settings_error"]
+__all__ = [
+    "CommandSettings",
+    "SettingDoc",
+    "SharedSettings",
+    "describe_settings",
+    "from_environment",
+    "settings_error",
+]
 
 _ENV_PREFIX = "GNNAAS_"
 
@@ -92,8 +101,9 @@ class SharedSettings(BaseSettings):
     Args:
         variants_dir (Path): the variant repository. (default: ``variants``)
         profiles_dir (Path): the profiles folder. (default: ``profiles``)
-        data_root (Path, optional): where real datasets' raw files live (``GNNAAS_DATA_ROOT`` or
-            ``GNNAAS_DATA``); synthetic and imported datasets need none. (default: ``None``)
+        data_root (Path, optional): where real datasets' raw files live (``GNNAAS_DATA``, the one
+            the docs name; ``GNNAAS_DATA_ROOT``, its older name, is still read when it is unset);
+            synthetic and imported datasets need none. (default: ``None``)
         cache_dir (Path, optional): the writable cache of processed datasets
             (``GNNAAS_CACHE``). (default: ``None``: ``~/.cache/gnnaas``)
         home_dir (Path, optional): gnnaas's data home, where ``gnnaas import`` keeps datasets
@@ -139,7 +149,7 @@ class SharedSettings(BaseSettings):
     variants_dir: Path = Path("variants")
     profiles_dir: Path = Path("profiles")
     data_root: Path | None = Field(
-        default=None, validation_alias=AliasChoices("GNNAAS_DATA_ROOT", "GNNAAS_DATA")
+        default=None, validation_alias=AliasChoices("GNNAAS_DATA", "GNNAAS_DATA_ROOT")
     )
     cache_dir: Path | None = Field(default=None, validation_alias=AliasChoices("GNNAAS_CACHE"))
     home_dir: Path | None = Field(default=None, validation_alias=AliasChoices("GNNAAS_HOME"))
@@ -190,6 +200,87 @@ def _variables(cls: type[BaseSettings], field: str) -> list[str]:
     if isinstance(alias, str):
         return [alias]
     return [_ENV_PREFIX + field.upper()]
+
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """One setting as the docs list it (:func:`describe_settings`).
+
+    Args:
+        name (str): the field.
+        variables (tuple[str, ...]): the environment variables it is read from, first match first.
+        default (str): its default, in words.
+        meaning (str): what it does, from the class docstring (Markdown, its default left out).
+    """
+
+    name: str
+    variables: tuple[str, ...]
+    default: str
+    meaning: str
+
+
+# Sphinx roles and literals of the docstrings, as Markdown: ``x`` and :mod:`a.b` -> `x`, `a.b`;
+# a role's leading ~ shows the last part only.
+_ROLE = re.compile(r":(?:mod|func|class|meth|data|attr):`(~?)([^`]+)`")
+_ENTRY = re.compile(r"^ {8}(\w+) \(([^)]*)\): (.*)$")
+_DEFAULT = re.compile(r"\s*\(default: (.*)\)\s*$", re.DOTALL)
+
+
+def _markdown(text: str) -> str:
+    text = _ROLE.sub(
+        lambda m: f"`{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}`", text
+    )
+    return " ".join(text.replace("``", "`").split())
+
+
+def _docstring_args(cls: type) -> dict[str, str]:
+    """``{field: its text}`` from the ``Args:`` section of ``cls``'s docstring (and its bases')."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        current = None
+        for line in (klass.__doc__ or "").splitlines():
+            entry = _ENTRY.match(line)
+            if entry:
+                current = entry.group(1)
+                found[current] = entry.group(3)
+            elif current is not None and line.startswith(" " * 12) and line.strip():
+                found[current] += " " + line.strip()
+            else:
+                current = None
+    return found
+
+
+def describe_settings(cls: type[BaseSettings], skip: tuple[str, ...] = ()) -> list[SettingDoc]:
+    """Every field of ``cls`` (but ``skip``) with its variables, default and meaning, in
+    definition order: what ``scripts/readme_tables.py`` writes into the README's table of knobs.
+
+    Raises:
+        ValueError: a field has no entry in the docstrings (the docs would miss it).
+
+    Example:
+        >>> [d.variables for d in describe_settings(CommandSettings) if d.name == "threads"]
+        [('GNNAAS_THREADS',)]
+    """
+    texts = _docstring_args(cls)
+    out = []
+    for name, info in cls.model_fields.items():
+        if name in skip:
+            continue
+        if name not in texts:
+            raise ValueError(f"describe_settings: {cls.__name__}.{name} has no docstring entry")
+        text = texts[name]
+        match = _DEFAULT.search(text)
+        stated = _markdown(match.group(1)) if match else ""
+        meaning = _markdown(text[: match.start()] if match else text)
+        default = info.default
+        if default is None or stated.startswith("`None`:"):
+            shown = stated.removeprefix("`None`:").strip() if stated != "`None`" else "unset"
+        elif isinstance(default, bool):
+            shown = f"`{str(default).lower()}`"
+        else:
+            shown = f"`{default}`"
+        out.append(SettingDoc(name, tuple(_variables(cls, name)), shown or "unset", meaning))
+    return out
 
 
 def settings_error(

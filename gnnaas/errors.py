@@ -4,6 +4,7 @@
 
     GnnaasError
      ├── ConfigError      a bad name, option or value given by the user (unknown dataset, arch, ...)
+     │    └── UnmeetableDeadline  a deadline no admissible variant meets even on an idle server
      ├── ArtifactError    a variant or profile on disk that is missing, corrupt or does not match
      ├── OverloadedError  the server's queue is full; retry later
      └── DeadlineExceeded a request's deadline passed before it could be computed
@@ -14,7 +15,14 @@ Library code raises these (or ``ValueError``/``TypeError`` for programming error
 
 from __future__ import annotations
 
-__all__ = ["ArtifactError", "ConfigError", "DeadlineExceeded", "GnnaasError", "OverloadedError"]
+__all__ = [
+    "ArtifactError",
+    "ConfigError",
+    "DeadlineExceeded",
+    "GnnaasError",
+    "OverloadedError",
+    "UnmeetableDeadline",
+]
 
 
 class GnnaasError(Exception):
@@ -23,6 +31,13 @@ class GnnaasError(Exception):
 
 class ConfigError(GnnaasError, ValueError):
     """A user-supplied name, option or value is invalid; the message says which and the fix."""
+
+
+class UnmeetableDeadline(ConfigError):
+    """A request's deadline (``X-Deadline-Ms``) is shorter than the profiled time of the fastest
+    variant it admits, served alone on an idle server: no load, now or later, lets it be met, so
+    the same request must not be retried (HTTP 422, no ``Retry-After``); a longer deadline, a
+    larger tolerance or fewer nodes can be served."""
 
 
 class ArtifactError(GnnaasError):

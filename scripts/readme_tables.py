@@ -21,7 +21,12 @@ Blocks:
 - ``headers`` (README): the predict request headers, from
   :data:`gnnaas.serving.http.requests.HEADER_DOCS` (what OpenAPI shows);
 - ``rule`` (README, docs/architecture.md): the tolerance rule and the choice among admissible
-  variants, from :func:`gnnaas.policy.describe_rule` and :func:`gnnaas.policy.describe_selection`.
+  variants, from :func:`gnnaas.policy.describe_rule` and :func:`gnnaas.policy.describe_selection`;
+- ``knobs`` (README): every setting a server reads, with its variable, the ``gnnaas serve``
+  option that sets it if any, its default and its meaning, from the settings classes
+  (:func:`gnnaas.config.describe_settings`) and :data:`gnnaas.cli.serve.SERVE_OPTIONS`;
+- ``metrics`` (README): every Prometheus metric of ``/metrics`` with its type, labels and
+  meaning, from :data:`gnnaas.serving.core.metrics.METRICS`.
 
 Example:
     python scripts/readme_tables.py            # rewrite the tables in README.md
@@ -135,7 +140,56 @@ def rule() -> str:
     return f"{describe_rule()} {describe_selection()}"
 
 
-TABLES: dict[str, Callable[[], str]] = {"speedups": speedups, "headers": headers, "rule": rule}
+# Settings the `gnnaas serve --workers` supervisor sets for its workers: plumbing, not knobs.
+_PLUMBING = ("shared_store_dir", "supervisor_pid", "generation")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def knobs() -> str:
+    """Every server setting: variable, ``gnnaas serve`` option, default, meaning; then the
+    offline commands' own (``--threads``)."""
+    from gnnaas.cli.serve import SERVE_OPTIONS
+    from gnnaas.config import CommandSettings, SharedSettings, describe_settings
+    from gnnaas.serving.core.settings import Settings
+
+    lines = [
+        "| setting | variable | `gnnaas serve` option | default | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    rows = [(d, SERVE_OPTIONS.get(d.name)) for d in describe_settings(Settings, _PLUMBING)]
+    own = set(CommandSettings.model_fields) - set(SharedSettings.model_fields)
+    rows += [(d, "`gnnaas --threads`") for d in describe_settings(CommandSettings) if d.name in own]
+    for doc, option in rows:
+        names = f"`{doc.variables[0]}`"  # the one the docs name (an older alias stays read)
+        shown = option if option is None or option.startswith("`") else f"`{option}`"
+        lines.append(
+            f"| `{doc.name}` | {names} | {shown or '–'} | {_cell(doc.default)} | "
+            f"{_cell(doc.meaning)} |"
+        )
+    return "\n".join(lines)
+
+
+def metrics() -> str:
+    """Every metric of ``/metrics``: name, type, labels, meaning."""
+    from gnnaas.serving.core.metrics import METRICS
+
+    lines = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
+    for doc in METRICS.values():
+        labels = ", ".join(f"`{label}`" for label in doc.labels) or "–"
+        lines.append(f"| `{doc.name}` | {doc.kind} | {labels} | {_cell(doc.meaning)} |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "speedups": speedups,
+    "headers": headers,
+    "rule": rule,
+    "knobs": knobs,
+    "metrics": metrics,
+}
 
 
 def _pattern(name: str) -> re.Pattern[str]:

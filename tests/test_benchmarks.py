@@ -307,3 +307,31 @@ def test_h2load_logs_become_step_results(tmp_path: Path) -> None:
     assert result.latency_ms[:2].tolist() == [1.5, 0.3] and result.latency_ms[2] == np.inf
     assert result.wall_s == pytest.approx(0.0015)  # first start to the last end
     assert result.share(503) == pytest.approx(1 / 3)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_gpu_check_without_cuda_changes_no_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``make gpu-check`` on a machine without CUDA leaves the committed GPU page (and every
+    other result) as it was; ``--out`` still records the attempt where it is asked to."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    gpu_check = importlib.import_module("gpu_check")
+    before = _snapshot(RESULTS)
+    assert gpu_check.main([]) == 0
+    assert _snapshot(RESULTS) == before
+    said = capsys.readouterr().out
+    assert "no CUDA device: nothing to check" in said
+    assert "nothing written: benchmarks/results/gpu.md keeps the last run on a GPU" in said
+    assert gpu_check.main(["--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.json", "gpu.md"]
+    assert json.loads((tmp_path / "gpu.json").read_text())["cuda"] is False
+    assert "No CUDA device was available" in (tmp_path / "gpu.md").read_text()
+    assert _snapshot(RESULTS) == before

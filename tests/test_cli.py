@@ -29,6 +29,7 @@ COMMANDS = [
     "infer",
     "precompute",
     "serve",
+    "stop",
     "ray-config",
     "compact",
 ]
@@ -544,9 +545,13 @@ def test_cache_plan_unknown_dataset_is_one_line(capsys: pytest.CaptureFixture[st
 def test_report_checks_its_tie_margin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["report", "--dataset", "Cora", "--profiles", str(tmp_path), "--tie-margin", "-1"]
     assert main(args) == 1
-    assert _one_error_line(capsys) == (
+    line = _one_error_line(capsys)
+    assert line == (
         "ConfigError: report: --tie-margin must be a number in [0, 10], as the server's (got '-1')"
     )
+    # The data root of the other dataset commands is taken (and unused), not refused.
+    assert main([*args, "--data-root", str(tmp_path)]) == 1
+    assert _one_error_line(capsys) == line
 
 
 def test_the_exact_pass_bar_counts_the_graphs_nodes_per_layer(

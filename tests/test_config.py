@@ -196,3 +196,16 @@ def test_a_removed_switch_is_ignored_with_one_warning(
         with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
             Settings(**{name: True})  # an argument is still refused
     config._warn_removed.cache_clear()
+
+
+def test_the_data_root_is_gnnaas_data_and_its_older_name_still_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The docs name one variable, GNNAAS_DATA; GNNAAS_DATA_ROOT (its older name) is still read
+    when GNNAAS_DATA is unset, and loses to it when both are set."""
+    monkeypatch.delenv("GNNAAS_DATA", raising=False)
+    monkeypatch.setenv("GNNAAS_DATA_ROOT", "/tmp/older")
+    assert from_environment().data_root == Path("/tmp/older")
+    monkeypatch.setenv("GNNAAS_DATA", "/tmp/named")
+    assert from_environment().data_root == Path("/tmp/named")
+    assert CommandSettings(data_root="/tmp/flag").data_root == Path("/tmp/flag")

@@ -70,6 +70,11 @@ def test_generated_blocks_are_written_from_the_results_and_the_code() -> None:
     tampered = re.sub(r"\*\*\d+\.\d+×\*\*", "**9.99×**", text, count=1)
     assert tampered == text or tables.refreshed(tampered)[1] == ["speedups"]
     assert tables.refreshed(text.replace("N + 1 points", "N + 2 points", 1))[1] == ["rule"]
+    # A setting's default or a metric's labels typed by hand are noticed too.
+    assert tables.refreshed(text.replace("| `16384` |", "| `9999` |", 1))[1] == ["knobs"]
+    tampered = text.replace("| `gnnaas_nodes_total` | counter | `dataset`, `variant` |",
+                            "| `gnnaas_nodes_total` | counter | `dataset` |", 1)  # fmt: skip
+    assert tampered != text and tables.refreshed(tampered)[1] == ["metrics"]
     from gnnaas.serving.http.requests import HEADER_DOCS
 
     assert HEADER_DOCS["X-Priority"] in text  # the header table is OpenAPI's own text

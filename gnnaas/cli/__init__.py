@@ -1,5 +1,5 @@
 """The ``gnnaas`` command: datasets, import, train, generate, profile, report, cache-plan, prepare,
-infer, precompute, compact, serve.
+infer, precompute, compact, serve, stop.
 
 Every command prints one line ``ErrorName: message`` and exits 1 on a user error; ``--debug``
 shows the traceback instead. Heavy modules are imported inside the commands so ``gnnaas --help``
@@ -8,7 +8,7 @@ stays fast and a command's first progress line appears before torch is loaded.
 Configuration is one path (:mod:`gnnaas.config`), flag > environment > default: options that
 have an environment fallback default to ``None`` here, and each command builds one settings object
 when it starts from the options given, then the ``GNNAAS_*`` variables, then the defaults
-(``--data-root`` ← ``GNNAAS_DATA_ROOT``/``GNNAAS_DATA``, ``--variants`` and ``generate --out`` ←
+(``--data-root`` ← ``GNNAAS_DATA``, ``--variants`` and ``generate --out`` ←
 ``GNNAAS_VARIANTS_DIR``, ``--profiles`` and ``profile --out`` ← ``GNNAAS_PROFILES_DIR``,
 ``--device`` ← ``GNNAAS_DEVICE``, ``--state-dir`` ← ``GNNAAS_STATE_DIR``, ``--threads`` ←
 ``GNNAAS_THREADS``, ``report --tie-margin`` ← ``GNNAAS_TIE_MARGIN``; the profiled pipeline from
@@ -25,7 +25,7 @@ and, after a plan's first epoch, an estimate when it may take long
 The commands live in one module per group: :mod:`gnnaas.cli.data` (datasets, import),
 :mod:`gnnaas.cli.variants` (train, generate, variants add), :mod:`gnnaas.cli.profiling` (profile,
 report, cache-plan, prepare), :mod:`gnnaas.cli.exact` (compact, infer, precompute) and
-:mod:`gnnaas.cli.serve` (serve, ray-config); :mod:`gnnaas.cli.common` holds what they share.
+:mod:`gnnaas.cli.serve` (serve, stop, ray-config); :mod:`gnnaas.cli.common` holds what they share.
 """
 
 from __future__ import annotations

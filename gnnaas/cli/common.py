@@ -202,8 +202,7 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-root",
         default=None,
-        help="folder holding <Class>/<Name>/raw/ of real datasets "
-        "(default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
+        help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed for splits, sampling, init (default: 0)"
@@ -224,7 +223,7 @@ def _add_served_folders(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-root",
         default=None,
-        help="folder holding real datasets (default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
+        help="folder holding real datasets (default: $GNNAAS_DATA)",
     )
 
 

@@ -337,6 +337,12 @@ def _add_report_parser(sub: Any) -> None:
     p.add_argument("--dataset", required=True, help="dataset name (see `gnnaas datasets`)")
     p.add_argument("--profiles", default=None, help=_PROFILES_HELP)
     p.add_argument(
+        "--data-root",
+        default=None,
+        help="taken as every dataset command takes it, so that the options of `gnnaas profile` "
+        "work here too; unused: the report reads only the dataset's profiles, never its graph",
+    )
+    p.add_argument(
         "--tie-margin",
         default=None,
         help="the router's tie margin the report's picks are made with, as the server's "
@@ -361,8 +367,7 @@ def _add_cache_plan_parser(sub: Any) -> None:
     p.add_argument(
         "--data-root",
         default=None,
-        help="folder holding <Class>/<Name>/raw/ of real datasets "
-        "(default: $GNNAAS_DATA_ROOT or $GNNAAS_DATA)",
+        help="folder holding <Class>/<Name>/raw/ of real datasets (default: $GNNAAS_DATA)",
     )
     p.add_argument(
         "--seed",

@@ -1,4 +1,6 @@
-"""``gnnaas serve`` and ``gnnaas ray-config``: the HTTP server (uvicorn, workers, Ray Serve)."""
+"""``gnnaas serve``, ``gnnaas stop`` and ``gnnaas ray-config``: the HTTP server (uvicorn, workers,
+Ray Serve), and stopping it however it was started (its pid file,
+:mod:`gnnaas.serving.deploy.pidfile`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -21,7 +24,18 @@ from gnnaas.cli.common import (
 )
 from gnnaas.errors import ConfigError
 
-__all__ = ["add_parsers"]
+__all__ = ["SERVE_OPTIONS", "add_parsers"]
+
+SERVE_OPTIONS = {
+    "variants_dir": "--variants",
+    "profiles_dir": "--profiles",
+    "data_root": "--data-root",
+    "device": "--device",
+    "datasets": "--dataset",
+    "state_dir": "--state-dir",
+}
+"""The server settings ``gnnaas serve`` sets from an option (field -> option); every other one
+is read from its ``GNNAAS_*`` variable (the README's table of knobs says which)."""
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -64,8 +78,12 @@ def _serve_workers(args: argparse.Namespace, sock: socket.socket, given: dict[st
         reuse_port_socket(address, family).close()
     except OSError as exc:
         raise ConfigError(f"serve: cannot share {args.host}:{args.port} ({exc.strerror})") from None
-    _say(args, f"starting {args.workers} workers; each loads the variants")
-    run_workers(environment, address, family, workers=args.workers)
+    _say(
+        args,
+        f"starting {args.workers} workers on {_url(args.host, args.port)} (supervisor pid "
+        f"{os.getpid()}); each loads the variants",
+    )
+    run_workers(environment, address, family, workers=args.workers, access_log=args.access_log)
     return 0
 
 
@@ -201,18 +219,56 @@ def _warn_without_data_root(settings: Any, datasets: list[str]) -> None:
         print(
             f"ray-config: warning: {', '.join(real)} {'is a' if one else 'are'} real "
             f"dataset{'' if one else 's'} read from a data root, and none is set (--data-root, "
-            "GNNAAS_DATA_ROOT or GNNAAS_DATA): the config says data_root: null and the replicas "
+            "GNNAAS_DATA): the config says data_root: null and the replicas "
             f"cannot load {'it' if one else 'them'}; write it again with --data-root DIR (a "
             "folder every node sees at the same path)",
             file=sys.stderr,
         )
 
 
+def _pid_file(args: argparse.Namespace) -> Path:
+    """The pid file of the server on ``--port``: ``--pid-file``, else the default one under the
+    cache (``GNNAAS_CACHE``) that ``gnnaas stop`` looks for."""
+    from gnnaas.config import from_environment
+    from gnnaas.serving.deploy.pidfile import default_pid_file
+
+    if args.pid_file is not None:
+        return Path(args.pid_file)
+    return default_pid_file(args.port, from_environment().cache_dir)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from gnnaas.serving.deploy.pidfile import claim, read_pid_file, release
+
+    pid_file = _pid_file(args)
     sock = _bind(args.host, args.port)
     if args.check_port:
         sock.close()
+        holder = read_pid_file(pid_file)
+        if holder is not None and holder.alive:
+            raise ConfigError(
+                f"serve: a server (pid {holder.pid}) already runs with the pid file {pid_file} "
+                f"(still starting?); stop it with `gnnaas stop --port {args.port}`, or pick "
+                "another port (PORT=... with make serve)"
+            )
         return 0
+    try:
+        claim(pid_file)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        return _serve(args, sock, pid_file)
+    finally:
+        release(pid_file)
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket, pid_file: Path) -> int:
+    """``gnnaas serve`` once its port is bound and its pid file written."""
     package_log = logging.getLogger("gnnaas")
     package_level = package_log.level  # restored when serve returns (main() called in-process)
     try:
@@ -220,69 +276,155 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        import uvicorn
-        from pydantic import ValidationError
-
-        from gnnaas.errors import ConfigError
-        from gnnaas.serving.core.settings import Settings
-
-        given = {
-            "variants_dir": args.variants,
-            "profiles_dir": args.profiles,
-            "device": args.device,
-            "data_root": args.data_root,
-            "datasets": args.dataset or None,
-            "state_dir": args.state_dir,
-        }
-        # Options left out stay out, so GNNAAS_* variables and the settings' defaults apply.
-        overrides = {key: value for key, value in given.items() if value is not None}
-        try:
-            settings = Settings(**overrides)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "settings"
-            raise ConfigError(
-                f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
-            ) from None
-        if settings.state_dir is not None and (args.backend == "ray" or args.workers > 1):
-            raise ConfigError(
-                "serve: a live graph (--state-dir) is served by one process; drop --workers / "
-                "--backend ray, or the state folder"
-            )
+        settings, overrides = _server_settings(args)
         if args.backend == "ray":
             sock.close()  # Serve's proxy binds the port itself
             return _serve_ray(args, settings)
         if args.workers > 1:
             return _serve_workers(args, sock, overrides)
-        _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
-        # SIGHUP and POST /v1/admin/reload reread the folders above; their outcome is logged.
-        # A SIGHUP while the models load is ignored (they are being read fresh anyway).
-        import signal
+        return _serve_uvicorn(args, settings, sock, pid_file)
+    finally:
+        sock.close()
+        package_log.setLevel(package_level)
 
-        if hasattr(signal, "SIGHUP"):
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
-        if not _quiet(args):  # each start-up phase says so: graphs, replayed logs, warm-up
-            package_log.setLevel(logging.INFO)
-        from gnnaas.serving.http.app import create_app
 
+def _server_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The server's settings (the options given, then ``GNNAAS_*``, then the defaults) and the
+    options given."""
+    from pydantic import ValidationError
+
+    from gnnaas.serving.core.settings import Settings
+
+    given = {
+        field: getattr(args, option.lstrip("-").replace("-", "_")) or None
+        for field, option in SERVE_OPTIONS.items()
+    }
+    # Options left out stay out, so GNNAAS_* variables and the settings' defaults apply.
+    overrides = {key: value for key, value in given.items() if value is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise ConfigError(
+            f"serve: {where}: {first['msg']} (check --options and GNNAAS_* variables)"
+        ) from None
+    if settings.state_dir is not None and (args.backend == "ray" or args.workers > 1):
+        raise ConfigError(
+            "serve: a live graph (--state-dir) is served by one process; drop --workers / "
+            "--backend ray, or the state folder"
+        )
+    return settings, overrides
+
+
+class _Terminated(Exception):
+    """SIGTERM reached ``gnnaas serve``: stop as after Ctrl-C, cleaning up on the way out."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _serve_uvicorn(
+    args: argparse.Namespace, settings: Any, sock: socket.socket, pid_file: Path
+) -> int:
+    """One process serving under uvicorn until SIGINT or SIGTERM; 0 after a clean stop."""
+    import signal
+
+    import uvicorn
+
+    from gnnaas.serving.http.app import create_app
+
+    _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
+    # SIGHUP and POST /v1/admin/reload reread the folders above; their outcome is logged.
+    # A SIGHUP while the models load is ignored (they are being read fresh anyway).
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # uvicorn drains on SIGTERM, then raises it again once its own handler is gone: by default
+    # that kills the process before the pid file is removed. Ours ends `run` as Ctrl-C does
+    # (also while the models load).
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    logging.getLogger("gnnaas.serving.core.reload").setLevel(logging.INFO)
+    if not _quiet(args):  # each start-up phase says so: graphs, replayed logs, warm-up
+        logging.getLogger("gnnaas").setLevel(logging.INFO)
+    try:
         app = create_app(settings, reload_on_sighup=True)
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="info", access_log=False
+            app, host=args.host, port=args.port, log_level="info", access_log=args.access_log
         )
-        server = uvicorn.Server(config)
+        server = _server_class(uvicorn)(config)
+        stop = f"gnnaas stop --port {args.port}"
+        if args.pid_file is not None:
+            stop += f" --pid-file {pid_file}"
+        server.gnnaas_ready = lambda: _say(
+            args,
+            f"listening on {_url(args.host, args.port)} (host {args.host}, port {args.port}, "
+            f"pid {os.getpid()}, pid file {pid_file}); stop it with `{stop}`",
+        )
         try:
             server.run(sockets=[sock])
         except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it drained on: a clean stop
             pass
+    except _Terminated:  # after uvicorn drained, or while the models loaded: a clean stop
+        return 0
     finally:
-        sock.close()
-        package_log.setLevel(package_level)
+        signal.signal(signal.SIGTERM, previous)
     return 0 if server.started else 3  # uvicorn's exit code for a failed start-up
 
 
+def _server_class(uvicorn: Any) -> Any:
+    """uvicorn's ``Server`` that says where it listens once it accepts connections (given
+    ``sockets``, uvicorn itself says nothing: it assumes a supervisor said it)."""
+
+    class _Server(uvicorn.Server):  # type: ignore[misc,name-defined]
+        gnnaas_ready: Any = None
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and self.gnnaas_ready is not None:
+                self.gnnaas_ready()
+
+    return _Server
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    """Stops the server that holds the pid file of ``--port`` (SIGTERM: a graceful shutdown)
+    and waits until its process is gone."""
+    import signal
+    import time
+
+    from gnnaas.serving.deploy.pidfile import read_pid_file, still_running
+
+    pid_file = _pid_file(args)
+    holder = read_pid_file(pid_file)
+    if holder is None or not holder.alive:
+        if holder is not None:  # the server died without removing it (kill -9, a crash)
+            pid_file.unlink(missing_ok=True)
+            _say(args, f"removed the stale pid file {pid_file} (pid {holder.pid} is gone)")
+        try:
+            _bind(args.host, args.port).close()
+        except ConfigError:
+            raise ConfigError(
+                f"stop: port {args.port} is in use on {args.host}, but no gnnaas pid file "
+                f"({pid_file}) names the process holding it; stop it where it was started"
+            ) from None
+        print(f"no server to stop on port {args.port}")
+        return 0
+    os.kill(holder.pid, signal.SIGTERM)
+    start = time.monotonic()
+    while still_running(holder):
+        if time.monotonic() - start > args.timeout_s:
+            raise ConfigError(
+                f"stop: the server (pid {holder.pid}) still runs {args.timeout_s:g} s after "
+                f"SIGTERM; wait longer (--timeout-s) or kill it: kill -9 {holder.pid}"
+            )
+        time.sleep(0.1)  # another process: nothing to wait on but its exit
+    print(f"stopped the server on port {args.port} (pid {holder.pid})")
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
-    """Adds ``serve`` and ``ray-config`` to the subcommands ``sub``."""
+    """Adds ``serve``, ``stop`` and ``ray-config`` to the subcommands ``sub``."""
     p = sub.add_parser(
         "serve",
         help="serve every profiled dataset over HTTP",
@@ -300,7 +442,19 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--check-port",
         action="store_true",
-        help="only check that --host/--port are free, then exit (make serve does it first)",
+        help="only check that --host/--port are free and no running server holds the port's "
+        "pid file, then exit (make serve does it first)",
+    )
+    _add_pid_file(
+        p,
+        "written once the port is bound, removed on exit; a server refuses to "
+        "start while a live one holds it",
+    )
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every request (client, method, path, status) on stdout, uvicorn's access "
+        "log (default: off: a line per request costs the event loop time at high rates)",
     )
     p.add_argument(
         "--device",
@@ -339,6 +493,30 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser(
+        "stop",
+        help="stop the server on a port (started any way: make serve, gnnaas serve, ...)",
+        description="Stop the gnnaas server whose pid file names --port: SIGTERM (a graceful "
+        "shutdown: accepted requests are answered), then wait until its process is gone. A "
+        "pid file left by a server that died is removed. Exits 0 when no server runs there.",
+    )
+    p.add_argument("--port", type=int, default=8000, help="the server's port (default: 8000)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the server's --host, to tell a port held by another program (default: 127.0.0.1)",
+    )
+    _add_pid_file(p, "as the server was given")
+    p.add_argument(
+        "--timeout-s",
+        type=_positive_float,
+        default=60.0,
+        help="how long to wait for the server to exit; it first answers what it accepted "
+        "(default: 60)",
+    )
+    _add_quiet(p)
+    p.set_defaults(func=_cmd_stop)
+
+    p = sub.add_parser(
         "ray-config",
         help="write a Ray Serve config for this repository",
         description="Write the Ray Serve config (YAML) that serves this repository's variants "
@@ -364,6 +542,15 @@ def add_parsers(sub: Any) -> None:
     )
     _add_quiet(p)
     p.set_defaults(func=_cmd_ray_config)
+
+
+def _add_pid_file(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--pid-file",
+        default=None,
+        help=f"the server's pid file, {what} (default: serve-<port>.pid in the run folder of "
+        "the cache, $GNNAAS_CACHE or ~/.cache/gnnaas)",
+    )
 
 
 def _add_ray_args(p: argparse.ArgumentParser) -> None:

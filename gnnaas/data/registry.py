@@ -129,7 +129,7 @@ def load_dataset(
     Args:
         name (str): dataset name, case-insensitive (see :func:`list_datasets`).
         data_root (str or PathLike, optional): folder holding ``<Class>/<Name>/raw/`` of real
-            datasets; falls back to ``$GNNAAS_DATA_ROOT`` or ``$GNNAAS_DATA`` (the settings'
+            datasets; falls back to ``$GNNAAS_DATA`` (the settings'
             ``data_root``, :func:`gnnaas.config.from_environment`). Only read, never written.
             Synthetic and imported datasets ignore it. (default: :obj:`None`)
         seed (int, optional): seed of the synthetic generator and of the stratified split.
@@ -156,7 +156,7 @@ def load_dataset(
         return load_synthetic(info.name, seed=seed, cache_dir=cache)
     spec = REAL_DATASETS[info.name.lower()]
     if data_root is None or (isinstance(data_root, str) and not data_root.strip()):
-        data_root = from_environment().data_root  # GNNAAS_DATA_ROOT or GNNAAS_DATA
+        data_root = from_environment().data_root  # GNNAAS_DATA (or GNNAAS_DATA_ROOT)
         if data_root is None:
             raise ConfigError(
                 f"dataset '{info.name}' needs a data root: pass --data-root DIR (or set "

@@ -12,10 +12,12 @@ from gnnaas.policy.decision import (
     TIE_MARGIN,
     DecisionTable,
     LoadSnapshot,
+    LoadView,
     RequestSpec,
     Selection,
     VariantLoad,
     describe_selection,
+    effective_tolerance,
 )
 from gnnaas.policy.dominance import at_most_everywhere, dominated, fastest_everywhere
 from gnnaas.policy.rule import (
@@ -35,6 +37,7 @@ __all__ = [
     "Candidate",
     "DecisionTable",
     "LoadSnapshot",
+    "LoadView",
     "PairedDiff",
     "RequestSpec",
     "Selection",
@@ -47,6 +50,7 @@ __all__ = [
     "describe_rule",
     "describe_selection",
     "dominated",
+    "effective_tolerance",
     "fastest_everywhere",
     "paired_comparable",
 ]

@@ -66,6 +66,7 @@ __all__ = [
     "Selection",
     "VariantLoad",
     "describe_selection",
+    "effective_tolerance",
 ]
 
 TIE_MARGIN = 0.1
@@ -147,10 +148,23 @@ class RequestSpec:
 
     @property
     def effective_tolerance(self) -> float:
-        """The tolerance applied: as given; else unbounded with an SLO or a deadline, else 0."""
-        if self.tolerance is not None:
-            return self.tolerance
-        return math.inf if self.slo_ms is not None or self.deadline_at is not None else 0.0
+        """The tolerance applied (:func:`effective_tolerance`)."""
+        return effective_tolerance(self.tolerance, self.slo_ms, self.deadline_at)
+
+
+def effective_tolerance(
+    tolerance: float | None, slo_ms: float | None = None, deadline: float | None = None
+) -> float:
+    """The tolerance a request is decided under: as given; else unbounded with an SLO or a
+    deadline (the target decides, among every variant), else 0 (the most accurate).
+
+    Example:
+        >>> effective_tolerance(None), effective_tolerance(None, deadline=5.0)
+        (0.0, inf)
+    """
+    if tolerance is not None:
+        return tolerance
+    return math.inf if slo_ms is not None or deadline is not None else 0.0
 
 
 @dataclass(frozen=True)

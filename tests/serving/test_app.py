@@ -561,3 +561,39 @@ def test_variants_show_the_admitting_tolerance_and_the_drift(client: TestClient)
     drift = variants[pinned]["drift"]
     assert drift["count"] == count + 1
     assert drift["predicted_ms_median"] > 0 and drift["measured_ms_median"] > 0
+
+
+def test_every_metric_is_exposed_as_defined() -> None:
+    """``/metrics`` serves exactly the metrics of ``METRICS`` (the README's table of metrics is
+    written from it), each with its type, its labels and its meaning as help text."""
+    import re
+
+    from gnnaas.serving.core.drift import DriftRecord
+    from gnnaas.serving.core.metrics import METRICS, QueueDepth, ServingMetrics
+
+    m = ServingMetrics()
+    m.bind_queues(lambda: [QueueDepth("d", "v", 3, 2)])
+    m.served("d", "v", 2, queue_s=0.0, sample_s=0.0, gather_s=0.0, compute_s=0.0, total_s=0.0)
+    m.batch("d", "v", 2, failed=True)
+    m.batch_time("d", "v", predicted_s=0.001, measured_s=0.002)
+    m.admitted("d", "high", "admitted")
+    m.rejected("overloaded")
+    m.generation.set(1)
+    record = DriftRecord()
+    record.add(2, predicted_ms=1.0, measured_ms=2.0)
+    m.track_drift("d", "v", record)
+    text = m.render().decode()
+    kinds = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    helps = dict(re.findall(r"^# HELP (\S+) (.+)$", text, re.M))
+    labels: dict[str, set[str]] = {}
+    for family, inside in re.findall(r"^([a-z_]+?)(?:_bucket|_count|_sum)?\{([^}]*)\}", text, re.M):
+        names = {part.split("=")[0] for part in inside.split(",") if part}
+        labels.setdefault(family, set()).update(names - {"le"})
+    exposed = {}
+    for name, kind in kinds.items():
+        if name.endswith("_created"):  # prometheus-client's creation times, not ours
+            continue
+        exposed[name] = (kind, helps[name], labels.get(name, set()))
+    assert set(exposed) == set(METRICS)
+    for name, doc in METRICS.items():
+        assert exposed[name] == (doc.kind, doc.meaning, set(doc.labels)), name

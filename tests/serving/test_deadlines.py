@@ -42,19 +42,55 @@ def _scaled(factor: float) -> dict[str, tuple[int, float | None, dict[int, float
     }
 
 
-def test_a_deadline_shorter_than_every_prediction_is_refused_at_once() -> None:
+def test_a_deadline_no_variant_meets_even_alone_is_422_without_retry_after() -> None:
     registry, models = make_toy_registry(_scaled(100))
-    # The curves predict 103.2 ms for two nodes on the fastest variant (sage-lasso-8x).
+    # The curves give 103.2 ms for two nodes on the fastest variant (sage-lasso-8x) alone, and
+    # 300 ms for one node on the most accurate (sage-full-1x), the only one tolerance 0 admits.
     app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
     with TestClient(app) as client:
         calls = sum(m.calls for m in models.values())
         refused = _post(client, [1, 2], **{"X-Deadline-Ms": "50", "X-Accuracy-Tolerance": "50"})
+        assert refused.status_code == 422, refused.text
+        assert "Retry-After" not in refused.headers  # retrying the same request cannot help
+        assert refused.json()["detail"] == (
+            "X-Deadline-Ms 50: 2 nodes cannot be answered in time even on an idle server: the "
+            "fastest admissible one, sage-lasso-8x, takes 103.2 ms alone as profiled; do not "
+            "retry as is: ask with a deadline of at least 104 ms, a larger tolerance or fewer "
+            "nodes"
+        )
+        # The tolerance decides which variants count: sage-lasso-8x would make 250 ms.
+        strict = _post(client, [1], **{"X-Deadline-Ms": "250", "X-Accuracy-Tolerance": "0"})
+        assert strict.status_code == 422 and "Retry-After" not in strict.headers
+        assert "the fastest admissible one, sage-full-1x, takes 300.0 ms" in strict.json()["detail"]
+        pinned = _post(client, [1], **{"X-Deadline-Ms": "250", "X-Variant": "sage-full-1x"})
+        assert pinned.status_code == 422
+        assert "the pinned variant sage-full-1x takes 300.0 ms" in pinned.json()["detail"]
+        assert sum(m.calls for m in models.values()) == calls  # nothing computed
+        metrics = client.get("/metrics").text
+    assert 'gnnaas_rejections_total{reason="deadline_unmeetable"} 3.0' in metrics
+    unmeetable = 'gnnaas_admission_total{dataset="toy",outcome="unmeetable",priority="normal"}'
+    assert f"{unmeetable} 3.0" in metrics
+    assert 'outcome="shed_deadline"' not in metrics
+
+
+def test_a_deadline_the_load_makes_unmeetable_is_503_with_retry_after() -> None:
+    registry, models = make_toy_registry(_scaled(100))
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
+    with TestClient(app) as client:
+        router: Router = app.state.router
+        # The device measured three times slower than profiled: 309.7 ms predicted for two
+        # nodes on sage-lasso-8x, whose 103.2 ms alone would fit a 150 ms deadline when it
+        # recovers.
+        router.slowdown.reset(3.0)
+        calls = sum(m.calls for m in models.values())
+        refused = _post(client, [1, 2], **{"X-Deadline-Ms": "150", "X-Accuracy-Tolerance": "50"})
         assert refused.status_code == 503
         assert refused.headers["Retry-After"] == "1"
         detail = refused.json()["detail"]
-        assert detail.startswith("X-Deadline-Ms 50: no admissible variant is predicted to answer")
-        assert "best prediction: 103.2 ms (sage-lasso-8x)" in detail
+        assert detail.startswith("X-Deadline-Ms 150: no admissible variant is predicted to answer")
+        assert "best prediction: 309.7 ms (sage-lasso-8x)" in detail
         assert sum(m.calls for m in models.values()) == calls  # nothing computed
+        router.slowdown.reset(1.0)
         # A deadline the fastest admissible variant meets: served by the most accurate that does.
         ok = _post(client, [1], **{"X-Deadline-Ms": "250", "X-Accuracy-Tolerance": "50"})
         assert ok.status_code == 200 and ok.headers["X-Variant"] == "sage-lasso-2x"

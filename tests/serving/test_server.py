@@ -135,6 +135,7 @@ def test_real_server_serves_and_stops_cleanly(server: Any) -> None:
     assert _stop(proc) == 0
     text = log.read_text()
     assert "Application shutdown complete" in text and "Traceback" not in text
+    assert "HTTP/1.1" not in text  # no access log unless --access-log
     # Between the command's first line and readiness, every start-up phase says so.
     phases = [
         "serve: loading variants from",
@@ -142,6 +143,7 @@ def test_real_server_serves_and_stops_cleanly(server: Any) -> None:
         f"dataset {store.name}: 2 variants loaded",
         "warming up 2 variants",
         "Application startup complete",
+        f"serve: listening on http://{HOST}:",
     ]
     found = [text.find(phase) for phase in phases]
     assert -1 not in found and found == sorted(found), (found, text)

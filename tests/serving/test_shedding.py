@@ -6,6 +6,7 @@ clock past it, whatever the machine's speed."""
 from __future__ import annotations
 
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,7 +17,7 @@ from serving_fakes import TOY_VARIANTS, held, make_toy_registry, wait_until
 from gnnaas.errors import OverloadedError
 from gnnaas.serving import Settings, create_app
 from gnnaas.serving.core.clock import FakeClock
-from gnnaas.serving.core.shedding import Shed, ShedBook, shed_outcome
+from gnnaas.serving.core.shedding import Asked, Shed, ShedBook, shed_outcome
 
 URL = "/v1/datasets/toy/predict"
 SETTINGS = dict(max_wait_ms=0.0, max_concurrent_batches=4, inline_max_nodes=0)
@@ -26,22 +27,37 @@ def _error(cause: str = "deadline") -> OverloadedError:
     return OverloadedError("shed for higher priorities; retry later", 2.0, cause=cause)
 
 
+def _asked(
+    priority: str, deadline_ms: float | None, tolerance: float = 2.0, pinned: str | None = None
+) -> Asked:
+    return Asked(priority, deadline_ms, tolerance, pinned)
+
+
 def test_a_refusal_holds_until_its_time_for_deadlines_no_longer_than_the_refused_one() -> None:
     book, error = ShedBook(), _error()
-    book.record("toy", "low", Shed(until=10.0, error=error, deadline_ms=50.0))
-    assert book.refusal("toy", "low", 50.0, now=9.0) is error
-    assert book.refusal("toy", "low", 20.0, now=9.0) is error  # tighter: refused too
-    assert book.refusal("toy", "low", 80.0, now=9.0) is None  # more slack: admission decides
-    assert book.refusal("toy", "low", None, now=9.0) is None  # no deadline: no slack share
-    assert book.refusal("toy", "normal", 50.0, now=9.0) is None  # another priority
-    assert book.refusal("other", "low", 50.0, now=9.0) is None  # another dataset
-    assert book.refusal("toy", "low", 50.0, now=10.0) is None and len(book) == 0  # over
+    book.record("toy", "low", Shed(until=10.0, error=error, deadline_ms=50.0, tolerance=2.0))
+    assert book.refusal("toy", _asked("low", 50.0), now=9.0) is error
+    assert book.refusal("toy", _asked("low", 20.0), now=9.0) is error  # tighter: refused too
+    assert book.refusal("toy", _asked("low", 80.0), now=9.0) is None  # more slack: admission
+    assert book.refusal("toy", _asked("low", None), now=9.0) is None  # no deadline: no share
+    assert book.refusal("toy", _asked("normal", 50.0), now=9.0) is None  # another priority
+    assert book.refusal("other", _asked("low", 50.0), now=9.0) is None  # another dataset
+    assert book.refusal("toy", _asked("low", 50.0, 1.0), now=9.0) is error  # fewer variants
+    assert book.refusal("toy", _asked("low", 50.0, 5.0), now=9.0) is None  # more: admission
+    assert book.refusal("toy", _asked("low", 50.0, 0.0, "x"), now=9.0) is None  # pinned
+    assert book.refusal("toy", _asked("low", 50.0), now=10.0) is None and len(book) == 0  # over
     full = _error("queue_full")
     book.record("toy", "normal", Shed(until=5.0, error=full))  # a full queue: every request
-    assert book.refusal("toy", "normal", None, now=4.0) is full
-    assert book.refusal("toy", "normal", 1e6, now=4.0) is full
+    assert book.refusal("toy", _asked("normal", None), now=4.0) is full
+    assert book.refusal("toy", _asked("normal", 1e6), now=4.0) is full
+    # A pinned request's refusal covers the requests pinned to that variant only.
+    pinned = _error("queue_full")
+    book.record("toy", "normal", Shed(until=5.0, error=pinned, pinned="slow"))
+    assert book.refusal("toy", _asked("normal", None, 0.0, "slow"), now=4.0) is pinned
+    assert book.refusal("toy", _asked("normal", None, 0.0, "fast"), now=4.0) is None
+    assert book.refusal("toy", _asked("normal", None), now=4.0) is full  # kept beside it
     book.clear()
-    assert book.refusal("toy", "normal", None, now=4.0) is None
+    assert book.refusal("toy", _asked("normal", None), now=4.0) is None
 
 
 def test_shed_outcomes_are_the_admission_counters_labels() -> None:
@@ -92,10 +108,12 @@ def test_admission_writes_its_refusal_and_the_edge_answers_alike_without_the_bod
     first = client.post(URL, json={"nodes": [40]}, headers=low)
     assert first.status_code == 503
     assert first.json()["detail"].startswith("X-Deadline-Ms 12000: a low-priority request may wait")
-    refusal = core.refusal("toy", "low", 12000.0)
+    pin = "sage-full-1x"
+    refusal = core.refusal("toy", Asked("low", 12000.0, 0.0, pin))
     assert refusal is not None and str(refusal) == first.json()["detail"]
-    assert core.refusal("toy", "low", 90000.0) is None  # more slack: admission decides
-    assert core.refusal("toy", "high", 12000.0) is None  # high was never refused
+    assert core.refusal("toy", Asked("low", 90000.0, 0.0, pin)) is None  # more slack
+    assert core.refusal("toy", Asked("high", 12000.0, 0.0, pin)) is None  # never refused
+    assert core.refusal("toy", Asked("low", 12000.0, math.inf)) is None  # not pinned
 
     # The next one is refused at the edge: same status, Retry-After and detail, body unread.
     read: list[bool] = []
@@ -110,7 +128,7 @@ def test_admission_writes_its_refusal_and_the_edge_answers_alike_without_the_bod
 
     # Past the time admission predicted for the wait to fit, the refusal no longer holds.
     clock.advance(refusal.hold_s + 1e-3)
-    assert core.refusal("toy", "low", 12000.0) is None
+    assert core.refusal("toy", Asked("low", 12000.0, 0.0, pin)) is None
     read.clear()
     _call(client, app, low, read)
     assert read == [True]  # admission decides again: the body was read
@@ -170,13 +188,14 @@ def test_a_full_queue_is_refused_at_the_edge_until_its_running_batch_is_predicte
         wait_until(lambda: lane.batcher.queued_nodes == 64)
         full = client.post(URL, json={"nodes": [1]}, headers={"X-Variant": pin})
         assert full.status_code == 503 and "is full" in full.json()["detail"]
-        refusal = core.refusal("toy", "normal", None)
+        refusal = core.refusal("toy", Asked("normal", None, 0.0, pin))
         assert refusal is not None and str(refusal) == full.json()["detail"]
-        assert core.refusal("toy", "normal", 5.0) is refusal  # every deadline: no room at all
+        every = core.refusal("toy", Asked("normal", 5.0, math.inf, pin))
+        assert every is refusal  # every deadline: no room at all
         again = client.post(URL, json={"nodes": [1]}, headers={"X-Variant": pin})
         assert again.status_code == 503 and again.json() == full.json()
         clock.advance(0.003)  # the running batch is predicted to have ended: room again
-        assert core.refusal("toy", "normal", None) is None
+        assert core.refusal("toy", Asked("normal", None, 0.0, pin)) is None
         gate.set()
         assert running.result().status_code == queued.result().status_code == 200
         metrics = client.get("/metrics").text

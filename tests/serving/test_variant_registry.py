@@ -90,6 +90,30 @@ def test_datasets_without_profiles_are_skipped_unless_asked_for(
         VariantRegistry.load(_settings(tmp_path, datasets=["other"]))
 
 
+def test_a_prepared_dataset_whose_graph_fails_stops_the_start_up(
+    tmp_path: Path, stores: dict[str, Any]
+) -> None:
+    """Without names, a server is asked for every dataset with variants and profiles: one whose
+    graph cannot be loaded is not left out with a note (the server would report ready while
+    refusing all its requests) but stops the start-up with the reason."""
+    stores["tiny"] = tiny_store()
+    write_tiny_repository(tmp_path, stores["tiny"])
+    write_tiny_repository(tmp_path / "b", tiny_store("other"))  # its graph is not in `stores`
+    for folder in ("variants", "profiles"):
+        (tmp_path / "b" / folder / "other").rename(tmp_path / folder / "other")
+    with pytest.raises(ConfigError) as refused:
+        VariantRegistry.load(_settings(tmp_path))
+    assert str(refused.value) == (
+        "cannot serve dataset 'other', which has variants and profiles: its graph could not be "
+        "loaded (unknown dataset 'other'); fix that, or name the datasets to serve with "
+        "--dataset (GNNAAS_DATASETS)"
+    )
+    with pytest.raises(ConfigError, match="^unknown dataset 'other'$"):  # named: as it was
+        VariantRegistry.load(_settings(tmp_path, datasets=["tiny", "other"]))
+    served = VariantRegistry.load(_settings(tmp_path, datasets=["tiny"]))
+    assert list(served.datasets) == ["tiny"] and served.not_ready_reasons() == []
+
+
 def test_nothing_to_serve_is_a_config_error(tmp_path: Path, stores: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="variants folder .* does not exist; pass --variants"):
         VariantRegistry.load(_settings(tmp_path))

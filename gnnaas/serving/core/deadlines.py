@@ -6,6 +6,12 @@ before it queues a request with ``X-Deadline-Ms``, and the batcher's step
 (:meth:`~gnnaas.serving.core.planner.BatchPlanner.plan`) calls :func:`fit_batch` on every batch
 that holds a deadline, then fails or puts back what it left out.
 
+A deadline shorter than the profiled time of the fastest variant the request admits, served
+alone on an idle device, is refused as :class:`~gnnaas.errors.UnmeetableDeadline` (422 over
+HTTP): no load lets it be met, so it must not be retried as it is. Every other deadline refused
+at admission depends on the load (its queue, the device's measured speed) and is an
+:class:`~gnnaas.errors.OverloadedError` (503 with ``Retry-After``).
+
 The slack of a request (its deadline left minus its own predicted service) is shared by
 priority (:data:`SLACK_SHARES`): a normal or low request is refused at admission while its
 predicted wait takes more than its share, and the time joiners add to a batch stays within the
@@ -20,7 +26,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from gnnaas.errors import DeadlineExceeded, OverloadedError
+from gnnaas.errors import DeadlineExceeded, OverloadedError, UnmeetableDeadline
 from gnnaas.policy import LoadSnapshot, Selection
 from gnnaas.serving.core.queues import RANK, Entry, taken_rank
 from gnnaas.serving.core.registry import ServingVariant
@@ -73,18 +79,25 @@ def admit(
     priority: str,
     *,
     load: Callable[[], LoadSnapshot],
-    speed: float,
+    slowdown: float,
     max_batch_nodes: int,
     retry_after_s: float,
+    fastest_alone: Callable[[], tuple[str, float]],
 ) -> None:
-    """Refuses (:class:`OverloadedError`) a request that ``variant`` (the router's choice for it,
-    or the pinned one when ``selection`` is ``None``) is not predicted to answer within its
-    ``left_ms``, or with which a normal or low request would wait more than its share of its
-    slack; returns otherwise.
+    """Refuses a request that ``variant`` (the router's choice for it, or the pinned one when
+    ``selection`` is ``None``) is not predicted to answer within its ``left_ms``, or with which a
+    normal or low request would wait more than its share of its slack; returns otherwise.
 
     ``load`` reads the variant's load now (only when ``selection`` holds no prediction);
-    ``speed`` is the device's slowdown at the request's batch size
-    (:meth:`~gnnaas.serving.core.slowdown.Slowdown.at`).
+    ``slowdown`` is the device's slowdown at the request's batch size
+    (:meth:`~gnnaas.serving.core.slowdown.Slowdown.at`); ``fastest_alone``
+    gives, read only when the deadline is not predicted to be met, the variant with the smallest
+    profiled time for the request alone among those it admits (the pinned one when pinned), and
+    that time in ms.
+
+    Raises:
+        UnmeetableDeadline: even that time alone exceeds ``deadline_ms``: no load lets it be met.
+        OverloadedError: any other refusal (the load decides: retry later).
     """
     profile = variant.profile
     if profile is None:  # never routed to; a pinned one is served as asked
@@ -95,6 +108,9 @@ def admit(
         predicted = load().completion_ms(variant.variant_id, profile.service, num_nodes, lookup)
     unmeetable = predicted > left_ms if selection is None else selection.meets_slo is False
     if unmeetable:
+        fastest, alone_ms = fastest_alone()
+        if alone_ms > deadline_ms:
+            raise _never_met(deadline_ms, num_nodes, fastest, alone_ms, pinned=selection is None)
         raise OverloadedError(
             f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
             f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {predicted:.1f} ms "
@@ -105,7 +121,7 @@ def admit(
             hold_s=max(predicted - left_ms, 0.0) / 1e3,  # until the best prediction fits
         )
     share = SLACK_SHARES[RANK[priority]]
-    own_ms = speed * profile.service.predict_batched(num_nodes, max_batch_nodes)
+    own_ms = slowdown * profile.service.predict_batched(num_nodes, max_batch_nodes)
     wait_ms = predicted - own_ms  # the queue part of the prediction
     allowed_ms = share * (left_ms - own_ms)
     if share >= 1.0 or wait_ms <= allowed_ms:
@@ -118,6 +134,22 @@ def admit(
         retry_after_s,
         cause="deadline",
         hold_s=(wait_ms - max(allowed_ms, 0.0)) / 1e3,  # until the wait has shrunk to the share
+    )
+
+
+def _never_met(
+    deadline_ms: float, num_nodes: int, fastest: str, alone_ms: float, *, pinned: bool
+) -> UnmeetableDeadline:
+    """The error for a deadline shorter than ``fastest``'s profiled ``alone_ms``."""
+    nodes = f"{num_nodes} node{'s' if num_nodes != 1 else ''}"
+    if pinned:
+        who, other = f"the pinned variant {fastest} takes", "another variant"
+    else:
+        who, other = f"the fastest admissible one, {fastest}, takes", "a larger tolerance"
+    return UnmeetableDeadline(
+        f"X-Deadline-Ms {deadline_ms:g}: {nodes} cannot be answered in time even on an idle "
+        f"server: {who} {alone_ms:.1f} ms alone as profiled; do not retry as is: ask with a "
+        f"deadline of at least {math.ceil(alone_ms)} ms, {other} or fewer nodes"
     )
 
 

@@ -1,31 +1,9 @@
 """Prometheus metrics of one app, in their own :class:`~prometheus_client.CollectorRegistry`.
 
 Several apps in one process (tests, benchmarks) never share counters. Queue depth is read from the
-batchers at scrape time, so it is always current and costs nothing per request.
-
-===================================  =========  ==============================================
-name                                 type       labels
-===================================  =========  ==============================================
-``gnnaas_requests_total``            counter    dataset, variant
-``gnnaas_nodes_total``               counter    dataset, variant
-``gnnaas_stage_seconds``             histogram  dataset, variant, stage (queue, sample, gather,
-                                                compute, total)
-``gnnaas_batches_total``             counter    dataset, variant
-``gnnaas_batch_nodes``               histogram  dataset, variant
-``gnnaas_batch_errors_total``        counter    dataset, variant
-``gnnaas_queue_depth_nodes``         gauge      dataset, variant
-``gnnaas_in_flight_nodes``           gauge      dataset, variant
-``gnnaas_rejections_total``          counter    reason
-``gnnaas_batch_predicted_seconds``   histogram  dataset, variant
-``gnnaas_batch_measured_seconds``    histogram  dataset, variant
-``gnnaas_batch_time_rel_error``      gauge      dataset, variant, stat (median_abs, median,
-                                                median_abs_scaled, median_scaled)
-``gnnaas_batch_time_samples``        gauge      dataset, variant
-``gnnaas_reloads_total``             counter    outcome (ok, failed)
-``gnnaas_registry_generation``       gauge      (none): 1 at start, +1 per successful reload
-                                                (with ``--workers``: per SIGHUP that replaced
-                                                the workers, ``Settings.generation``)
-===================================  =========  ==============================================
+batchers at scrape time, so it is always current and costs nothing per request. Every metric is
+defined once in :data:`METRICS` (name, type, labels, meaning: its ``# HELP`` text), which builds
+it here and writes the README's table of metrics (``scripts/readme_tables.py``).
 
 The ``gnnaas_batch_*_seconds`` pair is each variant's predicted batch time (its profiled service
 curve, no load factor) and measured batch time; ``gnnaas_batch_time_rel_error`` is the median
@@ -62,7 +40,15 @@ from prometheus_client.registry import Collector
 
 from gnnaas.serving.core.drift import DriftRecord
 
-__all__ = ["CONTENT_TYPE", "PUBLISH_INTERVAL_S", "QueueDepth", "ServingMetrics", "multiprocess_dir"]
+__all__ = [
+    "CONTENT_TYPE",
+    "METRICS",
+    "PUBLISH_INTERVAL_S",
+    "MetricDoc",
+    "QueueDepth",
+    "ServingMetrics",
+    "multiprocess_dir",
+]
 
 PUBLISH_INTERVAL_S = 1.0
 """How often a worker publishes its scrape-time gauges in multiprocess mode."""
@@ -75,6 +61,119 @@ def multiprocess_dir() -> str | None:
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class MetricDoc:
+    """One metric as ``/metrics`` exposes it.
+
+    Args:
+        name (str): its name as scraped (a counter's ends in ``_total``).
+        kind (str): ``counter``, ``gauge`` or ``histogram``.
+        labels (tuple[str, ...]): its label names.
+        meaning (str): what it counts or measures (its ``# HELP`` text).
+    """
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+    meaning: str
+
+
+_VARIANT = ("dataset", "variant")
+METRICS: dict[str, MetricDoc] = {
+    m.name: m
+    for m in (
+        MetricDoc("gnnaas_requests_total", "counter", _VARIANT, "Predict requests answered"),
+        MetricDoc("gnnaas_nodes_total", "counter", _VARIANT, "Target nodes answered"),
+        MetricDoc(
+            "gnnaas_stage_seconds",
+            "histogram",
+            (*_VARIANT, "stage"),
+            "Per-request latency by stage: queue, then the batch's sample, gather (with the "
+            "copies to and from a GPU) and compute, and total",
+        ),
+        MetricDoc("gnnaas_batches_total", "counter", _VARIANT, "Batches executed"),
+        MetricDoc("gnnaas_batch_nodes", "histogram", _VARIANT, "Nodes per batch"),
+        MetricDoc("gnnaas_batch_errors_total", "counter", _VARIANT, "Failed batches"),
+        MetricDoc("gnnaas_queue_depth_nodes", "gauge", _VARIANT, "Nodes waiting per variant, now"),
+        MetricDoc(
+            "gnnaas_in_flight_nodes", "gauge", _VARIANT, "Nodes in the variant's running batch"
+        ),
+        MetricDoc(
+            "gnnaas_rejections_total",
+            "counter",
+            ("reason",),
+            "Requests refused, by reason: overloaded (503), expired (504), "
+            "deadline_unmeetable, invalid_body, invalid_nodes, invalid_write (422), "
+            "too_many_nodes, body_too_large (413), bad_header, bad_value (400), not_found "
+            "(404), unauthorized (401), admin_disabled, writes_disabled (403)",
+        ),
+        MetricDoc(
+            "gnnaas_admission_total",
+            "counter",
+            ("dataset", "priority", "outcome"),
+            "Predict requests by priority and outcome: admitted (answered), shed at admission "
+            "(shed_deadline: not predicted to meet its deadline under the load; "
+            "shed_queue_full; shed_evicted for higher priorities), unmeetable (a deadline no "
+            "variant meets even alone), expired in the queue (deadline passed before compute) "
+            "or late (computed, ready after the deadline, discarded)",
+        ),
+        MetricDoc(
+            "gnnaas_batch_predicted_seconds",
+            "histogram",
+            _VARIANT,
+            "Batch time predicted by the variant's profiled service curve (no load factor)",
+        ),
+        MetricDoc(
+            "gnnaas_batch_measured_seconds",
+            "histogram",
+            _VARIANT,
+            "Measured batch time (handler wall time)",
+        ),
+        MetricDoc(
+            "gnnaas_batch_time_rel_error",
+            "gauge",
+            (*_VARIANT, "stat"),
+            "Median relative error measured/predicted - 1 of recent batch times; stat: "
+            "median_abs, median, and the same against the router's prediction "
+            "(median_abs_scaled, median_scaled)",
+        ),
+        MetricDoc(
+            "gnnaas_batch_time_samples",
+            "gauge",
+            _VARIANT,
+            "Recent batches behind gnnaas_batch_time_rel_error",
+        ),
+        MetricDoc(
+            "gnnaas_reloads_total",
+            "counter",
+            ("outcome",),
+            "Reloads of variants and profiles, by outcome (ok, failed)",
+        ),
+        MetricDoc(
+            "gnnaas_registry_generation",
+            "gauge",
+            (),
+            "Generation of the served set of variants (1 at start, +1 per successful reload)",
+        ),
+    )
+}
+"""Every metric of :class:`ServingMetrics`, by name. With ``--workers`` the drift gauges
+(``gnnaas_batch_time_rel_error``, ``gnnaas_batch_time_samples``) also carry a ``pid`` label."""
+
+
+def _metric(kind: type, name: str, registry: CollectorRegistry, **kwargs: Any) -> Any:
+    """The metric ``name`` of :data:`METRICS`, built with its help text and labels."""
+    doc = METRICS[name]
+    return kind(doc.name, doc.meaning, list(doc.labels), registry=registry, **kwargs)
+
+
+def _family(name: str) -> GaugeMetricFamily:
+    """A scrape-time gauge family of :data:`METRICS`."""
+    doc = METRICS[name]
+    return GaugeMetricFamily(doc.name, doc.meaning, labels=list(doc.labels))
+
 
 _LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -106,12 +205,8 @@ class _QueueCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
-        queued = GaugeMetricFamily(
-            "gnnaas_queue_depth_nodes", "Nodes waiting per variant", labels=["dataset", "variant"]
-        )
-        running = GaugeMetricFamily(
-            "gnnaas_in_flight_nodes", "Nodes in the running batch", labels=["dataset", "variant"]
-        )
+        queued = _family("gnnaas_queue_depth_nodes")
+        running = _family("gnnaas_in_flight_nodes")
         for q in self._source():
             queued.add_metric([q.dataset, q.variant], q.queued_nodes)
             running.add_metric([q.dataset, q.variant], q.in_flight_nodes)
@@ -124,16 +219,8 @@ class _DriftCollector(Collector):
         self._records = records
 
     def collect(self) -> Iterator[Metric]:
-        error = GaugeMetricFamily(
-            "gnnaas_batch_time_rel_error",
-            "Median relative error measured/predicted - 1 of recent batch times",
-            labels=["dataset", "variant", "stat"],
-        )
-        count = GaugeMetricFamily(
-            "gnnaas_batch_time_samples",
-            "Recent batches behind gnnaas_batch_time_rel_error",
-            labels=["dataset", "variant"],
-        )
+        error = _family("gnnaas_batch_time_rel_error")
+        count = _family("gnnaas_batch_time_samples")
         for (dataset, variant), record in list(self._records.items()):
             summary = record.summary()
             count.add_metric([dataset, variant], summary["count"])
@@ -155,62 +242,28 @@ class ServingMetrics:
     """
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        labels = ["dataset", "variant"]
-        self.requests = Counter("gnnaas_requests", "Requests served", labels, registry=r)
-        self.nodes = Counter("gnnaas_nodes", "Target nodes served", labels, registry=r)
-        self.stage_seconds = Histogram(
-            "gnnaas_stage_seconds",
-            "Per-request latency by stage (sample/gather/compute are the batch's)",
-            [*labels, "stage"],
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.requests = _metric(Counter, "gnnaas_requests_total", r)
+        self.nodes = _metric(Counter, "gnnaas_nodes_total", r)
+        self.stage_seconds = _metric(
+            Histogram, "gnnaas_stage_seconds", r, buckets=_LATENCY_BUCKETS_S
         )
-        self.batches = Counter("gnnaas_batches", "Batches executed", labels, registry=r)
-        self.batch_nodes = Histogram(
-            "gnnaas_batch_nodes", "Nodes per batch", labels, buckets=_BATCH_BUCKETS, registry=r
+        self.batches = _metric(Counter, "gnnaas_batches_total", r)
+        self.batch_nodes = _metric(Histogram, "gnnaas_batch_nodes", r, buckets=_BATCH_BUCKETS)
+        self.batch_errors = _metric(Counter, "gnnaas_batch_errors_total", r)
+        self.rejections = _metric(Counter, "gnnaas_rejections_total", r)
+        self.admission = _metric(Counter, "gnnaas_admission_total", r)
+        self.batch_predicted = _metric(
+            Histogram, "gnnaas_batch_predicted_seconds", r, buckets=_LATENCY_BUCKETS_S
         )
-        self.batch_errors = Counter("gnnaas_batch_errors", "Failed batches", labels, registry=r)
-        self.rejections = Counter(
-            "gnnaas_rejections", "Requests rejected, by reason", ["reason"], registry=r
+        self.batch_measured = _metric(
+            Histogram, "gnnaas_batch_measured_seconds", r, buckets=_LATENCY_BUCKETS_S
         )
-        self.admission = Counter(
-            "gnnaas_admission",
-            "Predict requests by priority and outcome: admitted (answered), shed at admission "
-            "(deadline unmeetable, queue full, evicted for higher priority), expired in the "
-            "queue (deadline passed before compute) or late (computed, ready after the deadline, "
-            "discarded)",
-            ["dataset", "priority", "outcome"],
-            registry=r,
-        )
-        self.batch_predicted = Histogram(
-            "gnnaas_batch_predicted_seconds",
-            "Batch time predicted by the variant's profiled service curve (no load factor)",
-            labels,
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.batch_measured = Histogram(
-            "gnnaas_batch_measured_seconds",
-            "Measured batch time (handler wall time)",
-            labels,
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.reloads = Counter(
-            "gnnaas_reloads",
-            "Reloads of variants and profiles, by outcome",
-            ["outcome"],
-            registry=r,
-        )
+        self.reloads = _metric(Counter, "gnnaas_reloads_total", r)
         for outcome in ("ok", "failed"):  # both series exist from the start, at 0
             self.reloads.labels(outcome)
-        self.generation = Gauge(
-            "gnnaas_registry_generation",
-            "Generation of the served set of variants (1 at start, +1 per successful reload)",
-            multiprocess_mode="livemax",
-            registry=r,
+        self.generation = _metric(
+            Gauge, "gnnaas_registry_generation", r, multiprocess_mode="livemax"
         )
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
@@ -226,34 +279,10 @@ class ServingMetrics:
             r.register(_QueueCollector(lambda: self._queue_source()))
             r.register(_DriftCollector(self._drift))
             return
-        self._queued = Gauge(
-            "gnnaas_queue_depth_nodes",
-            "Nodes waiting per variant",
-            labels,
-            multiprocess_mode="livesum",
-            registry=r,
-        )
-        self._running = Gauge(
-            "gnnaas_in_flight_nodes",
-            "Nodes in the running batch",
-            labels,
-            multiprocess_mode="livesum",
-            registry=r,
-        )
-        self._error = Gauge(
-            "gnnaas_batch_time_rel_error",
-            "Median relative error measured/predicted - 1 of recent batch times",
-            [*labels, "stat"],
-            multiprocess_mode="liveall",
-            registry=r,
-        )
-        self._samples = Gauge(
-            "gnnaas_batch_time_samples",
-            "Recent batches behind gnnaas_batch_time_rel_error",
-            labels,
-            multiprocess_mode="liveall",
-            registry=r,
-        )
+        self._queued = _metric(Gauge, "gnnaas_queue_depth_nodes", r, multiprocess_mode="livesum")
+        self._running = _metric(Gauge, "gnnaas_in_flight_nodes", r, multiprocess_mode="livesum")
+        self._error = _metric(Gauge, "gnnaas_batch_time_rel_error", r, multiprocess_mode="liveall")
+        self._samples = _metric(Gauge, "gnnaas_batch_time_samples", r, multiprocess_mode="liveall")
 
     def bind_queues(self, source: Callable[[], Iterable[QueueDepth]]) -> None:
         """Sets where ``gnnaas_queue_depth_nodes`` and ``gnnaas_in_flight_nodes`` are read."""
@@ -318,8 +347,9 @@ class ServingMetrics:
 
     def admitted(self, dataset: str, priority: str, outcome: str) -> None:
         """Records one predict request's admission ``outcome``: ``admitted`` (answered),
-        ``shed_deadline``, ``shed_queue_full``, ``shed_evicted``, ``expired`` (never computed)
-        or ``late`` (computed, but ready after its deadline: discarded)."""
+        ``shed_deadline``, ``shed_queue_full``, ``shed_evicted``, ``unmeetable`` (a deadline no
+        admissible variant meets even alone), ``expired`` (never computed) or ``late``
+        (computed, but ready after its deadline: discarded)."""
         self._child(self.admission, dataset, priority, outcome).inc()
 
     def rejected(self, reason: str) -> None:
@@ -327,7 +357,8 @@ class ServingMetrics:
 
         Reasons used by the app: ``overloaded``, ``too_many_nodes``, ``body_too_large``,
         ``bad_header``, ``bad_value``, ``invalid_body``, ``invalid_nodes``, ``not_found``,
-        ``admin_disabled``, ``unauthorized``, ``expired`` (a deadline passed in the queue).
+        ``admin_disabled``, ``unauthorized``, ``expired`` (a deadline passed in the queue),
+        ``deadline_unmeetable`` (a deadline no admissible variant meets even alone).
         """
         self._child(self.rejections, reason).inc()
 

@@ -8,7 +8,12 @@ profiler opens them; what this module adds is the serving view: each variant's p
 (:func:`gnnaas.profiling.profiles.profile_of`) and whether the router may route to it. Free of
 FastAPI types. Whatever cannot be served is kept as a *note* with its reason instead of stopping
 the server: a corrupt variant is skipped, a variant without a profile is loaded but not routed to
-(it can still be pinned with ``X-Variant``); ``/readyz`` shows the notes.
+(it can still be pinned with ``X-Variant``), a dataset folder without variants or profiles yet is
+left out, and so is one whose variants all lack a current profile; ``/readyz`` shows the notes. A
+dataset the server was asked for that cannot be served stops the start-up with the reason instead:
+one named in ``settings.datasets``, and, without names, one with variants and profiles whose graph
+cannot be loaded (a data root or an imported store missing). A server that started without it
+would report ready to a load balancer while refusing every request for it.
 """
 
 from __future__ import annotations
@@ -341,10 +346,17 @@ class _Loader:
             plan_caches(served, self.settings)
         return VariantRegistry(served, self.notes, device=self.device)
 
-    def _skip(self, name: str, problem: str) -> None:
-        """A dataset that cannot be served: an error when asked for by name, else a note."""
+    def _skip(self, name: str, problem: str, *, prepared: bool = False) -> None:
+        """A dataset that cannot be served: an error when asked for by name, or when it was
+        ``prepared`` (it has variants and profiles, and only its graph failed: serving every
+        such dataset is what a server started without names is asked), else a note."""
         if self.explicit:
             raise ConfigError(f"cannot serve dataset {name!r}: {problem}")
+        if prepared:
+            raise ConfigError(
+                f"cannot serve dataset {name!r}, which has variants and profiles: {problem}; "
+                "fix that, or name the datasets to serve with --dataset (GNNAAS_DATASETS)"
+            )
         self.notes.append(f"dataset {name} skipped: {problem}")
 
     def dataset(self, name: str) -> ServedDataset | None:
@@ -421,8 +433,7 @@ class _Loader:
                 raise ArtifactError(why) from exc
             if self.explicit:
                 raise
-            self.notes.append(f"dataset {name} skipped: its graph could not be loaded ({exc})")
-            _log.warning("skipping dataset %s: %s", name, exc)
+            self._skip(name, f"its graph could not be loaded ({exc})", prepared=True)
             return None
         live = None
         if settings.state_dir is not None:

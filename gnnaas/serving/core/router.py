@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError, UnmeetableDeadline
 from gnnaas.inference.executor import ExecRequest, Output
 from gnnaas.policy import (
     Candidate,
@@ -54,6 +54,7 @@ from gnnaas.policy import (
     RequestSpec,
     Selection,
     VariantLoad,
+    effective_tolerance,
 )
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.deadlines import admit, late_answer
@@ -69,7 +70,7 @@ from gnnaas.serving.core.lane import Lane
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
-from gnnaas.serving.core.shedding import Shed, ShedBook, shed_outcome
+from gnnaas.serving.core.shedding import Asked, Shed, ShedBook, shed_outcome
 from gnnaas.serving.core.slowdown import Slowdown
 
 __all__ = ["NotFoundError", "Prediction", "Router"]
@@ -510,7 +511,9 @@ class Router:
             NotFoundError: unknown pinned variant.
             OverloadedError: the chosen variant's queue is full (for this priority), the request
                 was shed for higher-priority traffic, no admissible variant is predicted to meet
-                its deadline, or the router is stopping.
+                its deadline under the current load, or the router is stopping.
+            UnmeetableDeadline: its deadline is shorter than the fastest admissible variant's
+                profiled time for it alone: no load would let it be met.
             DeadlineExceeded: its deadline passed (or would have in its batch) before it ran,
                 or its answer was ready only after it (discarded).
         """
@@ -528,7 +531,8 @@ class Router:
                 dataset, num_nodes, tolerance, slo_ms, nodes, left_ms, priority, now
             )
         if left_ms is not None and deadline_ms is not None:
-            self._admit(load, variant, selection, deadline_ms, left_ms)
+            scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
+            self._admit(load, variant, selection, deadline_ms, left_ms, scope)
         lane = self._gen.lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
             # `dataset` is from a registry a reload has replaced: its caller awaited something
@@ -552,7 +556,9 @@ class Router:
                 left_ms = lane.running_ms(self.clock.now())
                 if left_ms > 0:
                     until = self.clock.now() + left_ms / 1e3
-                    self.shed.record(dataset.name, priority, Shed(until, exc))
+                    scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
+                    shed = Shed(until, exc, None, scope, pinned)
+                    self.shed.record(dataset.name, priority, shed)
             raise
         if expires is not None and deadline_ms is not None:  # set together
             over_ms = (self.clock.now() - expires) * 1e3
@@ -576,15 +582,13 @@ class Router:
             graph_version=out.value.graph_version,
         )
 
-    def refusal(
-        self, dataset: str, priority: str, deadline_ms: float | None
-    ) -> OverloadedError | None:
-        """The refusal admission made that still covers a request of ``dataset`` (a served
-        name) with ``priority`` and ``deadline_ms`` (``None``: no deadline), if any: what the
-        edge answers it with before reading its body (:mod:`.shedding`)."""
+    def refusal(self, dataset: str, asked: Asked) -> OverloadedError | None:
+        """The refusal admission made that still covers the request ``asked`` of ``dataset``
+        (a served name), if any: what the edge answers it with before reading its body
+        (:mod:`.shedding`)."""
         if not self.shed:
             return None
-        return self.shed.refusal(dataset, priority, deadline_ms, self.clock.now())
+        return self.shed.refusal(dataset, asked, self.clock.now())
 
     def _admit(
         self,
@@ -593,9 +597,11 @@ class Router:
         selection: Selection | None,
         deadline_ms: float,
         left_ms: float,
+        tolerance: float,
     ) -> None:
-        """The deadline admission of a request (:func:`.deadlines.admit`), counted when shed;
-        it reads the load its decision read (measured then, or now if it was not)."""
+        """The deadline admission of a request (:func:`.deadlines.admit`) under its effective
+        ``tolerance``, counted when shed; it reads the load its decision read (measured then, or
+        now if it was not)."""
         dataset, priority, num_nodes = load.dataset, load.priority, load.num_nodes
         size = min(num_nodes, self.settings.max_batch_nodes)
         try:
@@ -607,16 +613,42 @@ class Router:
                 left_ms,
                 priority,
                 load=load.snapshot,
-                speed=self.slowdown.at(size, variant.lookup),
+                slowdown=self.slowdown.at(size, variant.lookup),
                 max_batch_nodes=self.settings.max_batch_nodes,
                 retry_after_s=self.settings.retry_after_s,
+                fastest_alone=lambda: self._fastest_alone(dataset, variant, selection, num_nodes),
             )
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
             if exc.hold_s > 0:
                 until = self.clock.now() + exc.hold_s
-                self.shed.record(dataset.name, priority, Shed(until, exc, deadline_ms))
+                pinned = variant.variant_id if selection is None else None
+                shed = Shed(until, exc, deadline_ms, tolerance, pinned)
+                self.shed.record(dataset.name, priority, shed)
             raise
+        except UnmeetableDeadline:
+            self.metrics.admitted(dataset.name, priority, "unmeetable")
+            raise
+
+    def _fastest_alone(
+        self,
+        dataset: ServedDataset,
+        variant: ServingVariant,
+        selection: Selection | None,
+        num_nodes: int,
+    ) -> tuple[str, float]:
+        """The variant with the smallest profiled time for ``num_nodes`` alone (no queue, no
+        slowdown) among those the decision considered (``variant`` alone when pinned), and that
+        time in ms: a deadline shorter than it is never met."""
+        cap = self.settings.max_batch_nodes
+        ids = (variant.variant_id,) if selection is None else selection.considered
+        times = []
+        for variant_id in ids:
+            profile = dataset.variants[variant_id].profile
+            if profile is not None:  # every considered variant has one, and so has a pinned one
+                times.append((profile.service.predict_batched(num_nodes, cap), variant_id))
+        alone_ms, fastest = min(times)
+        return fastest, alone_ms
 
 
 _NO_LOADS: dict[str, VariantLoad] = {}  # an idle device's per-variant loads (none), never changed

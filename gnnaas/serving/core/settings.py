@@ -4,8 +4,8 @@
 :class:`Settings` extends :class:`gnnaas.config.SharedSettings` (folders, device, the served
 pipeline: see :mod:`gnnaas.config` for why one class tree): every field can be set through the
 environment with the ``GNNAAS_`` prefix, e.g. ``GNNAAS_MAX_BATCH_NODES=2048`` or
-``GNNAAS_DATASETS='["Cora"]'``; the data root also honours ``GNNAAS_DATA`` as the other commands
-do. Values are checked at start-up.
+``GNNAAS_DATASETS='["Cora"]'``; the data root is read from ``GNNAAS_DATA``, as by the other
+commands. Values are checked at start-up.
 
 Example:
     >>> Settings(variants_dir="variants", max_wait_ms=1.0).max_wait_ms
@@ -57,8 +57,7 @@ class Settings(SharedSettings):
             (``GNNAAS_ADMIN_TOKEN``); unset or empty, they answer 403. (default: ``None``)
         write_token (SecretStr, optional): bearer token of the write endpoints
             (``GNNAAS_WRITE_TOKEN``); unset or empty, they answer 403. Writes also need
-            ``state_dir`` (the live graphs, :mod:`gnnaas.data.live`), which needs the ``depth``
-            sampler. (default: ``None``)
+            ``state_dir`` (the live graphs, :mod:`gnnaas.data.live`). (default: ``None``)
         shared_store_dir (Path, optional): memory-map the graph stores and pruned feature copies
             through files in this folder so that several server processes share one copy
             (``gnnaas serve --workers`` sets it; :mod:`gnnaas.serving.deploy.workers`). (default:

@@ -160,6 +160,7 @@ def run_workers(
     *,
     workers: int,
     log_level: str = "info",
+    access_log: bool = False,
     app: str = "gnnaas.serving.deploy.workers:worker_app",
 ) -> bool:
     """Serves ``address`` with ``workers`` uvicorn processes until SIGINT/SIGTERM.
@@ -172,6 +173,8 @@ def run_workers(
         family (int): its address family.
         workers (int): worker processes (at least 2).
         log_level (str, optional): uvicorn's log level. (default: ``"info"``)
+        access_log (bool, optional): uvicorn's access log, a line per request. (default:
+            ``False``)
         app (str, optional): ``module:function`` building each worker's app (tests serve
             in-memory fakes). (default: :func:`worker_app`)
 
@@ -203,7 +206,7 @@ def run_workers(
             factory=True,
             workers=workers,
             log_level=log_level,
-            access_log=False,
+            access_log=access_log,
             # SIGHUP brings each new worker into service before retiring the old one; it must
             # have time to load the variants (uvicorn's default of 5 s aborts the restart).
             timeout_worker_healthcheck=_WORKER_START_S,

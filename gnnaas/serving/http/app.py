@@ -13,8 +13,10 @@ error                                  status  when
 ``RequestError``                       its own  a bad header (400), too many nodes (413), node
                                                ids out of range (422)
 ``RequestValidationError``             422     malformed JSON, non-integer or missing ids
-``OverloadedError``                    503     queue full, shed, deadline unmeetable or shutting
-                                               down; ``Retry-After``
+``UnmeetableDeadline`` (a ``ConfigError``)  422  ``X-Deadline-Ms`` below the fastest admissible
+                                               variant's profiled time alone; no ``Retry-After``
+``OverloadedError``                    503     queue full, shed, deadline not met under the
+                                               current load, or shutting down; ``Retry-After``
 ``DeadlineExceeded``                   504     ``X-Deadline-Ms`` passed while queued
 ``ArtifactError``, any other exception  500     ``internal error, see server log (request
                                                id <id>)``; the log has the traceback

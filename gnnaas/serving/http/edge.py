@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
 import os
 import re
 from typing import Any
@@ -25,12 +24,18 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gnnaas.policy import effective_tolerance
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.metrics import ServingMetrics
-from gnnaas.serving.core.queues import PRIORITIES
-from gnnaas.serving.core.shedding import shed_outcome
+from gnnaas.serving.core.shedding import Asked, shed_outcome
 from gnnaas.serving.http.fastlane import predict_dataset, send_json, try_predict
-from gnnaas.serving.http.requests import REQUEST_ID_KEY, START_KEY, error_response
+from gnnaas.serving.http.requests import (
+    REQUEST_ID_KEY,
+    START_KEY,
+    RequestError,
+    error_response,
+    read_headers,
+)
 
 __all__ = ["App", "Edge", "internal_error_detail"]
 
@@ -186,16 +191,15 @@ class Edge:
         served = None if name is None else core.registry.get(name)
         if served is None:
             return False
-        asked = _priority_and_deadline(scope)
+        asked = _asked(scope)
         if asked is None:
             return False  # a bad header: the request's 400 words it
-        priority, deadline_ms = asked
-        refused = core.refusal(served.name, priority, deadline_ms)
+        refused = core.refusal(served.name, asked)
         if refused is None:
             return False
         status, content, headers, reason = error_response(refused)
         self.metrics.rejected(reason)
-        self.metrics.admitted(served.name, priority, shed_outcome(refused))
+        self.metrics.admitted(served.name, asked.priority, shed_outcome(refused))
         await send_json(send, status, content, headers)
         return True
 
@@ -252,21 +256,15 @@ class App(FastAPI):
             await super().__call__(scope, receive, send)
 
 
-def _priority_and_deadline(scope: Scope) -> tuple[str, float | None] | None:
-    """A predict request's ``X-Priority`` (default ``normal``) and ``X-Deadline-Ms`` (``None``
-    when absent) as the edge reads them, or ``None`` when either is not a valid value."""
-    priority, deadline = "normal", None
-    for key, value in scope["headers"]:
-        if key == b"x-priority":
-            priority = value.decode("latin-1").strip().lower()
-        elif key == b"x-deadline-ms":
-            deadline = value
-    if priority not in PRIORITIES:
-        return None
-    if deadline is None:
-        return priority, None
+def _asked(scope: Scope) -> Asked | None:
+    """What a predict request asks for as its headers say (:func:`.requests.read_headers`, the
+    predict route's own reading), or ``None`` when a header is not a valid value."""
+    headers = {
+        k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k[:2] == b"x-"
+    }
     try:
-        number = float(deadline)
-    except ValueError:
+        read = read_headers(headers.get)
+    except RequestError:
         return None
-    return (priority, number) if math.isfinite(number) and number > 0 else None
+    tolerance = effective_tolerance(read.tolerance, read.slo_ms, read.deadline_ms)
+    return Asked(read.priority, read.deadline_ms, tolerance, read.pinned)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError
+from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError, UnmeetableDeadline
 from gnnaas.policy import LOSS_MARGIN
 from gnnaas.serving.core.deadlines import SLACK_SHARES, share_words
 from gnnaas.serving.core.queues import AGING_S, PRIORITIES
@@ -66,10 +66,12 @@ HEADER_DOCS: dict[str, str] = {
     "X-Deadline-Ms": (
         "Optional deadline in ms from the request's arrival at the server, a hard one: the "
         "variant is chosen as for X-Latency-SLO-Ms (the smaller of the two when both are given), "
-        "and when no variant within tolerance is predicted to answer in time the answer is 503 "
-        "with Retry-After at once; a request still queued at its deadline, or whose batch is "
-        "predicted to end after it, is never computed: 504 (also when its answer was ready only "
-        "after the deadline: discarded, never a late 200)."
+        "and when no variant within tolerance is predicted to answer in time under the current "
+        "load the answer is 503 with Retry-After at once, or 422 without it when even the "
+        "fastest of them alone on an idle server would not (do not retry that one as is); a "
+        "request still queued at its deadline, or whose batch is predicted to end after it, is "
+        "never computed: 504 (also when its answer was ready only after the deadline: "
+        "discarded, never a late 200)."
     ),
     "X-Priority": (
         f"Optional `{'`, `'.join(PRIORITIES[:-1])}` or `{PRIORITIES[-1]}` (default `normal`): "
@@ -219,10 +221,12 @@ def error_response(exc: Exception) -> tuple[int, bytes, dict[str, str], str]:
     """``(status, JSON body, headers, rejection reason)`` of a refused request.
 
     :class:`RequestError` as it says; ``OverloadedError`` 503 with ``Retry-After`` (a full queue,
-    a request shed for higher priorities, a deadline no variant is predicted to meet);
-    ``DeadlineExceeded`` 504 (the deadline passed before the request was computed); a
-    ``ConfigError`` that is a ``LookupError`` (an unknown dataset or pinned variant) 404, any
-    other ``ConfigError`` 400.
+    a request shed for higher priorities, a deadline no variant is predicted to meet under the
+    current load); ``UnmeetableDeadline`` 422 without ``Retry-After`` (a deadline shorter than the
+    fastest admissible variant's profiled time alone: the request as sent can never be served,
+    and a 4xx is what clients and proxies do not retry); ``DeadlineExceeded`` 504 (the deadline
+    passed before the request was computed); a ``ConfigError`` that is a ``LookupError`` (an
+    unknown dataset or pinned variant) 404, any other ``ConfigError`` 400.
 
     Raises:
         TypeError: ``exc`` is none of these (an internal error: the app's 500 handles it).
@@ -235,6 +239,8 @@ def error_response(exc: Exception) -> tuple[int, bytes, dict[str, str], str]:
         headers = {"Retry-After": _retry_after(exc.retry_after_s)}
     elif isinstance(exc, DeadlineExceeded):
         status, detail, headers, reason = 504, str(exc), {}, "expired"
+    elif isinstance(exc, UnmeetableDeadline):
+        status, detail, headers, reason = 422, str(exc), {}, "deadline_unmeetable"
     elif isinstance(exc, ConfigError):
         not_found = isinstance(exc, LookupError)
         status, detail, headers = (404 if not_found else 400), str(exc), {}

@@ -89,7 +89,12 @@ _SUCCESS_HEADERS = {
         400: {"model": ErrorResponse, "description": "A header is not a valid value."},
         404: {"model": ErrorResponse, "description": "Unknown dataset or pinned variant."},
         413: {"model": ErrorResponse, "description": "Too many nodes or too large a body."},
-        422: {"model": ErrorResponse, "description": "Malformed body or invalid node ids."},
+        422: {
+            "model": ErrorResponse,
+            "description": "Malformed body, invalid node ids, or an X-Deadline-Ms shorter than "
+            "the fastest admissible variant's profiled time alone (never met under any load: "
+            "do not retry as is; no `Retry-After`).",
+        },
         500: {
             "model": ErrorResponse,
             "description": "Internal error; `detail` names the request id the server log has.",
@@ -98,7 +103,8 @@ _SUCCESS_HEADERS = {
         503: {
             "model": ErrorResponse,
             "description": "Queue full (for the request's priority), shed for higher-priority "
-            "traffic, no variant predicted to meet X-Deadline-Ms, starting or shutting down; "
+            "traffic, no variant predicted to meet X-Deadline-Ms under the current load, "
+            "starting or shutting down; "
             "retry after `Retry-After`.",
             "headers": {"Retry-After": _header("Seconds to wait before retrying.", "1")},
         },
