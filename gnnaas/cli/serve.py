@@ -334,6 +334,7 @@ def _serve_uvicorn(
     import uvicorn
 
     from gnnaas.serving.http.app import create_app
+    from gnnaas.serving.http.protocol import protocol_class
 
     _say(args, f"loading variants from {settings.variants_dir} ({settings.device})")
     # SIGHUP and POST /v1/admin/reload reread the folders above; their outcome is logged.
@@ -350,7 +351,12 @@ def _serve_uvicorn(
     try:
         app = create_app(settings, reload_on_sighup=True)
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="info", access_log=args.access_log
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="info",
+            access_log=args.access_log,
+            http=protocol_class(),  # a shed request is refused before it reaches the app
         )
         server = _server_class(uvicorn)(config)
         stop = f"gnnaas stop --port {args.port}"

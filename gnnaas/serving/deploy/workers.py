@@ -183,6 +183,8 @@ def run_workers(
     """
     import uvicorn
 
+    from gnnaas.serving.http.protocol import protocol_class
+
     scratch = Path(tempfile.mkdtemp(prefix="gnnaas-workers-"))
     shared, metrics = scratch / "store", scratch / "metrics"
     shared.mkdir()
@@ -207,6 +209,7 @@ def run_workers(
             workers=workers,
             log_level=log_level,
             access_log=access_log,
+            http=protocol_class(),  # a shed request is refused before it reaches the app
             # SIGHUP brings each new worker into service before retiring the old one; it must
             # have time to load the variants (uvicorn's default of 5 s aborts the restart).
             timeout_worker_healthcheck=_WORKER_START_S,

@@ -28,7 +28,7 @@ from gnnaas.policy import effective_tolerance
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.core.shedding import Asked, shed_outcome
-from gnnaas.serving.http.fastlane import predict_dataset, send_json, try_predict
+from gnnaas.serving.http.fastlane import header_pairs, predict_dataset, try_predict
 from gnnaas.serving.http.requests import (
     REQUEST_ID_KEY,
     START_KEY,
@@ -82,7 +82,8 @@ class Edge:
         self._prefix = os.urandom(4).hex()
         self._counter = itertools.count(1)
 
-    def _request_id(self, scope: Scope) -> str:
+    def request_id(self, scope: Scope) -> str:
+        """The request's id: its valid ``X-Request-Id``, else a new one."""
         for name, value in scope["headers"]:
             if name == b"x-request-id" and _CLIENT_ID.fullmatch(value):
                 return value.decode()
@@ -134,7 +135,7 @@ class Edge:
             await self.app(scope, receive, send)
             return
         scope[START_KEY] = self.clock.now()
-        request_id = scope[REQUEST_ID_KEY] = self._request_id(scope)
+        request_id = scope[REQUEST_ID_KEY] = self.request_id(scope)
         started = finished = False
 
         async def send_with_id(message: Message) -> None:
@@ -165,7 +166,7 @@ class Edge:
         if self._declared_too_large(scope):
             await self._refuse(send)
             return
-        if self.state.router.shed and await self._shed(scope, send):
+        if await self._shed(scope, send):
             return
         body = await self._read_body(receive, send)
         if body is None:  # refused, or the client went away
@@ -186,22 +187,43 @@ class Edge:
     async def _shed(self, scope: Scope, send: Send) -> bool:
         """Refuses a predict request that a refusal of admission covers, from its path and
         headers alone (its body is never read); ``False`` leaves it to the rest of the edge."""
+        answer = self.shed_answer(scope)
+        if answer is None:
+            return False
+        status, headers, body = answer
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return True
+
+    def shed_answer(self, scope: Scope) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+        """The answer to a predict request that a refusal of admission still covers, read from
+        its method, path and headers alone (:mod:`gnnaas.serving.core.shedding`): status,
+        headers (without the request id) and JSON body, the refusal counted; ``None`` when no
+        refusal covers it (or a header is not a valid value: the request's 400 words it). The
+        edge sends it before reading the body; the HTTP protocol
+        (:mod:`gnnaas.serving.http.protocol`) before the request reaches the app at all."""
         core = self.state.router
+        if not core.shed:
+            return None
         name = predict_dataset(scope)
         served = None if name is None else core.registry.get(name)
         if served is None:
-            return False
+            return None
         asked = _asked(scope)
         if asked is None:
-            return False  # a bad header: the request's 400 words it
+            return None
         refused = core.refusal(served.name, asked)
         if refused is None:
-            return False
+            return None
         status, content, headers, reason = error_response(refused)
         self.metrics.rejected(reason)
         self.metrics.admitted(served.name, asked.priority, shed_outcome(refused))
-        await send_json(send, status, content, headers)
-        return True
+        pairs = [
+            (b"content-length", str(len(content)).encode()),
+            (b"content-type", b"application/json"),
+            *header_pairs(headers),
+        ]
+        return status, pairs, content
 
     def _declared_too_large(self, scope: Scope) -> bool:
         """Whether the request's ``Content-Length`` declares more than the limit."""
