@@ -15,7 +15,10 @@ little training:
   (:func:`gnnaas.models.quantize.quantize_int8`, CPU) with input ranges calibrated on sampled
   training batches and stored in the manifest (fixed ranges: a node's answer does not depend on
   its batch-mates); generated only where it is measured faster than fp32 on this graph and
-  machine (:func:`int8_speedup`).
+  machine (:func:`int8_speedup`). Each base is measured once: the decision, kept or not, is
+  recorded beside the variants (:mod:`gnnaas.variants.decisions`) and reused while the base's
+  weights and fanouts are unchanged, so a second run neither times again nor changes the set
+  (``force`` decides anew).
 
 :func:`derive_variants` applies the axes to the variants near the most accurate one (the dense
 frontier that small tolerances need) and stores each one with its ``axes``, its ``base`` and its
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
 
     from gnnaas.data import GraphStore
     from gnnaas.models import GNN
+    from gnnaas.variants.decisions import Int8Decisions
     from gnnaas.variants.manifest import Manifest, VariantSpec
     from gnnaas.variants.repository import VariantRepository
     from gnnaas.variants.training import EpochReport, TrainConfig
@@ -355,9 +359,12 @@ def derive_variants(
     2. ``fanouts``: every root and width variant gets the smaller fanouts that bind on this graph
        (:func:`binding_fanouts`), or ``fanout_sets`` when given;
     3. ``precision``: every variant of the architecture computed so far (trained and derived)
-       gets an int8 twin when int8 is measured faster on its forward (:func:`int8_speedup`).
+       gets an int8 twin when int8 is measured faster on its forward (:func:`int8_speedup`),
+       measured once per base weights and fanouts and recorded
+       (:mod:`gnnaas.variants.decisions`).
 
-    A derived variant already stored from the same base weights is kept unless ``force``.
+    A derived variant already stored from the same base weights is kept unless ``force``; so is
+    a recorded int8 decision (``force`` measures again).
 
     Args:
         store (GraphStore): the dataset.
@@ -583,10 +590,12 @@ def _int8_twins(
     on_variant: Callable[[str], None] | None,
 ) -> list[DerivedRow]:
     from gnnaas.models.quantize import int8_available
+    from gnnaas.variants.decisions import Int8Decisions
 
     if not int8_available():
         _log.warning("int8 variants skipped: this torch build or CPU has no dynamic int8 linear")
         return []
+    decisions = Int8Decisions.load(repo, store.name)
     rows: list[DerivedRow] = []
     for base in computed:
         spec = base.spec.with_axes(precision="int8")
@@ -594,19 +603,39 @@ def _int8_twins(
         if existing is not None:
             rows.append(_row(existing, base, 0.0, "skipped"))
             continue
-        model = repo.load(store.name, base.variant_id).model
-        speedup = int8_speedup(model, store, base.kept_features, base.fanouts)
-        if speedup < _INT8_MIN_SPEEDUP:
-            _log.info(
-                "int8 of %s not generated: %.2fx the fp32 forward's speed here (needs %.2fx)",
-                base.variant_id,
-                speedup,
-                _INT8_MIN_SPEEDUP,
-            )
+        if not _int8_wins(store, repo, base, decisions, force):
             continue
         manifest, row = _same_weights(store, repo, base, spec, sampler_seed, force, on_variant)
         rows.append(row)
     return rows
+
+
+def _int8_wins(
+    store: GraphStore,
+    repo: VariantRepository,
+    base: Manifest,
+    decisions: Int8Decisions,
+    force: bool,
+) -> bool:
+    """Whether ``base`` gets an int8 twin: the decision recorded on its current weights and
+    fanouts (:mod:`gnnaas.variants.decisions`), else (or with ``force``) :func:`int8_speedup`
+    measured now and recorded, so that a second run makes the same set without timing again."""
+    decision = None if force else decisions.get(base)
+    if decision is None:
+        model = repo.load(store.name, base.variant_id).model
+        speedup = int8_speedup(model, store, base.kept_features, base.fanouts)
+        decision = decisions.record(base, speedup, _INT8_MIN_SPEEDUP)
+    if not decision.kept:
+        _log.info(
+            "int8 of %s not generated: %.2fx the fp32 forward's speed here (needs %.2fx; "
+            "measured %s, recorded in %s)",
+            base.variant_id,
+            decision.speedup,
+            decision.min_speedup,
+            decision.measured,
+            decisions.path,
+        )
+    return decision.kept
 
 
 def _row(manifest: Manifest, base: Manifest, seconds: float, status: str) -> DerivedRow:

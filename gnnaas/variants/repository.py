@@ -98,6 +98,10 @@ class VariantRepository:
             raise ConfigError(f"invalid variant id {variant_id!r}; expected <arch>-<ranking>-<k>x")
         return self._dataset_dir(dataset) / variant_id
 
+    def dataset_dir(self, dataset: str) -> Path:
+        """The folder of one dataset's variants (whether it exists or not)."""
+        return self._dataset_dir(dataset)
+
     def _dataset_dir(self, dataset: str) -> Path:
         if not _is_plain_name(dataset):
             raise ConfigError(f"invalid dataset name {dataset!r} for a variant folder")

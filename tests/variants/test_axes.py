@@ -218,3 +218,75 @@ def test_an_int8_twin_stores_its_ranges_and_answers_alike_in_any_batch(
     other = VariantRepository(tmp_path / "other")
     generate_variants(small_store, other, archs=["sage"], prunes=[1], config=CONFIG)
     assert derive_variants(small_store, other, CONFIG, archs=["sage"], axes=("precision",)) == []
+
+
+def test_a_second_run_makes_the_same_int8_twins_without_timing_again(
+    small_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int8 twins are decided once per base (recorded beside the variants): a second run with the
+    same plan neither measures again nor adds or removes a variant, even where a new measurement
+    would say otherwise; ``force`` decides anew."""
+    import gnnaas.variants.axes as axes
+    import gnnaas.variants.training as training
+    from gnnaas.models import int8_available
+    from gnnaas.variants.decisions import DECISIONS_FILE
+
+    if not int8_available():
+        pytest.skip("no int8 kernels in this torch build or on this CPU")
+    repo = VariantRepository(tmp_path)
+    plan: dict[str, Any] = {
+        "archs": ["sage"],
+        "rankings": ["random"],
+        "prunes": [1, 2],
+        "config": CONFIG,
+        "axes": ("features", "fanouts", "precision"),
+        "fanout_sets": [(5, 3)],
+        "near": 100.0,  # both trained variants are roots: each gets a fanout variant
+    }
+    first_answers = {"sage-full-1x": 2.0, "sage-random-2x-f5.3": 1.5}  # others: 1.0, slower
+    timed: list[str] = []
+
+    def first(model: Any, store: Any, keep: Any, fanouts: Any) -> float:
+        base = {store.num_features: "sage-full-1x", store.num_features // 2: "sage-random-2x"}[
+            len(keep)
+        ]
+        base += "" if list(fanouts) == list(CONFIG.fanouts) else "-f5.3"
+        timed.append(base)
+        return first_answers.get(base, 1.0)
+
+    monkeypatch.setattr(axes, "int8_speedup", first)
+    generate_variants(small_store, repo, **plan)
+    ids = [m.variant_id for m in repo.list(small_store.name)]
+    assert sorted(timed) == sorted(i for i in ids if not i.endswith("-int8")) and len(timed) == 4
+    assert [i for i in ids if i.endswith("-int8")] == [
+        "sage-full-1x-int8",
+        "sage-random-2x-f5.3-int8",
+    ]
+    record = json.loads((repo.dataset_dir(small_store.name) / DECISIONS_FILE).read_text())
+    slower = record["int8"]["sage-random-2x"]  # measured, not kept
+    assert slower["kept"] is False and slower["speedup"] == 1.0 and slower["min_speedup"] > 1.0
+    assert record["int8"]["sage-full-1x"]["kept"] is True
+    before = {m.variant_id: m.weights_sha256 for m in repo.list(small_store.name)}
+
+    def no_training(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a second run trained a variant")
+
+    def no_timing(*args: Any, **kwargs: Any) -> float:
+        raise AssertionError("a second run timed int8 again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(training, "train_model", no_training)
+        patched.setattr(axes, "int8_speedup", no_timing)
+        rows = generate_variants(small_store, repo, **plan)
+    assert {r.status for r in rows} == {"skipped"}
+    after = {m.variant_id: m.weights_sha256 for m in repo.list(small_store.name)}
+    assert after == before  # the same variants, none rewritten
+
+    # Every twin a second timing would now find (all 2x faster, none slower) is still not made:
+    monkeypatch.setattr(axes, "int8_speedup", lambda *args, **kwargs: 2.0)
+    generate_variants(small_store, repo, **plan)
+    assert {m.variant_id for m in repo.list(small_store.name)} == set(before)
+    # ... until the decision is made anew (force retrains too: the 1x and its derived variants).
+    generate_variants(small_store, repo, **{**plan, "force": True})
+    ids = {m.variant_id for m in repo.list(small_store.name)}
+    assert ids == set(before) | {"sage-random-2x-int8", "sage-full-1x-f5.3-int8"}
