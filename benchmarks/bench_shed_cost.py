@@ -18,7 +18,15 @@ the cases taken in turn in ``--rounds`` slices of ``--requests`` each:
   nothing computed): the router's refusal, after the edge parsed the body and the policy
   predicted;
 - **refused at the edge**: an unknown ``X-Priority`` (400 before the body is read): the
-  cheapest answer the app gives, a floor for any refusal made inside the server process.
+  cheapest answer the app gives;
+- **shed under overload** (separate server, ``--shed-nodes`` per batch and per queue): two
+  background clients keep a batch of ``--shed-nodes`` high-priority nodes running on
+  ``--shed-variant`` and another queued (its queue full), while the closed loop sends single-node
+  low-priority requests pinned to it: admission refuses one (queue full) and writes the refusal,
+  and the HTTP protocol answers the others with it, before they reach the app, until the running
+  batch is predicted to end (:mod:`gnnaas.serving.http.protocol`). Every step of such a refusal
+  runs on the server's event-loop thread, so its cost is that thread's CPU over the refusals,
+  less what the thread spends on the background alone (measured just before, over as long).
 
 Server CPU per answered request is read from ``/proc`` (user + system of every thread); the
 client runs on the same machine and its CPU is shown beside.
@@ -69,6 +77,9 @@ CASES: dict[str, tuple[dict[str, str], int]] = {
     "refused at the edge": ({"X-Priority": "urgent"}, 400),
 }
 """Name: (headers added to the tolerance's, the status every answer must have)."""
+
+SHED_GOAL = 0.25
+"""The most a refusal under overload may cost, as a share of a served answer (issue 40)."""
 
 
 def served_share(load: float, s: float) -> float:
@@ -135,6 +146,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for c in cases.values():
         c["share_of_served"] = c["server_cpu_ms"] / served
         c["served_share_at_load"] = served_share(args.load, c["share_of_served"])
+    shed = _shed_case(args, variants, profiles, workdir)
+    shed["share_of_served"] = shed["server_cpu_ms"] / served
+    shed["served_share_at_load"] = served_share(args.load, shed["share_of_served"])
+    cases["shed under overload"] = shed
     return {
         "dataset": args.dataset,
         "date": utc_now(),
@@ -148,6 +163,82 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load": args.load,
         "high_share": args.high_share,
         "cases": cases,
+    }
+
+
+def _thread_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process's main thread (its event loop)."""
+    return proc_cpu_s(pid, task=pid)
+
+
+def _shed_case(
+    args: argparse.Namespace, variants: Path, profiles: Path, workdir: Path
+) -> dict[str, Any]:
+    """The refusal under overload: the event loop's CPU per request the protocol refuses."""
+    nodes = test_nodes(args.dataset, workdir)
+    big = make_bodies(nodes, args.shed_nodes, 8, seed=5)
+    one = make_bodies(nodes, 1, 2048, seed=6)
+    port = free_port()
+    cmd = serve_cmd(args.dataset, variants, profiles, port, "cpu")
+    limits = {f"GNNAAS_MAX_{k}_NODES": str(args.shed_nodes) for k in ("BATCH", "QUEUE", "REQUEST")}
+    env = {"GNNAAS_TORCH_THREADS": "1", **limits}
+    pin = {"X-Variant": args.shed_variant}
+    rows = []
+    with ServerProcess(cmd, port, workdir / "shed-cost-overload.log", env=env) as server:
+        url = f"{server.base_url}/v1/datasets/{args.dataset}/predict"
+        wait_idle(server, args.dataset)
+        for r in range(args.rounds + 1):
+            row = asyncio.run(_overloaded(url, big, one, pin, args, seed=r, pid=server.pid))
+            say(f"round {r} shed under overload: {row}")
+            if r:  # the first round warms up
+                rows.append(row)
+    return {"slices": rows, **{k: median(row[k] for row in rows) for k in rows[0]}}
+
+
+async def _overloaded(
+    url: str,
+    big: list[bytes],
+    one: list[bytes],
+    pin: dict[str, str],
+    args: argparse.Namespace,
+    seed: int,
+    pid: int,
+) -> dict[str, float]:
+    """One slice: the background alone for ``--shed-seconds``, then with the refused stream."""
+    seconds = args.shed_seconds
+    background = StepSpec(
+        rate_rps=0.0, duration_s=3 * seconds + 30, max_requests=10_000, concurrency=2, seed=seed
+    )
+    task = asyncio.ensure_future(run_closed(url, big, pin | {"X-Priority": "high"}, background))
+    await asyncio.sleep(seconds)  # the first batch running and the next one queued
+    cpu0 = _thread_cpu_s(pid)
+    await asyncio.sleep(seconds)
+    base_s = _thread_cpu_s(pid) - cpu0
+    spec = StepSpec(
+        rate_rps=0.0,
+        duration_s=seconds,
+        max_requests=args.requests * 10,
+        concurrency=args.clients,
+        seed=seed,
+    )
+    cpu1 = _thread_cpu_s(pid)
+    step = await run_closed(url, one, pin | {"X-Priority": "low"}, spec)
+    shed_s = _thread_cpu_s(pid) - cpu1
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    refused = int((step.status == 503).sum())
+    if refused < step.sent // 2:
+        raise SystemExit(
+            f"bench_shed_cost: shed under overload: only {refused} of {step.sent} requests were "
+            "refused (is the queue kept full? raise --shed-nodes)"
+        )
+    return {
+        "server_cpu_ms": 1e3 * (shed_s - base_s * step.wall_s / seconds) / refused,
+        "client_cpu_ms": 1e3 * step.client_cpu_s / step.sent,
+        "rate_rps": step.sent / step.wall_s,
+        "refused": refused,
+        "served": int((step.status == 200).sum()),
+        "loop_cpu_background_s": base_s / seconds,
     }
 
 
@@ -181,7 +272,7 @@ def render(results: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, c in results["cases"].items():
-        refused = CASES.get(name, ({}, 200))[1] != 200
+        refused = not name.startswith("served")
         share = f"{c['served_share_at_load']:.2f}" if refused else "–"
         lines.append(
             f"| {name} | {c['server_cpu_ms']:.3f} | {c['share_of_served']:.2f} | "
@@ -205,6 +296,21 @@ def render(results: dict[str, Any]) -> str:
         f"at {load:g}× the served rate shows what a load generator on the same cores takes "
         "from the server.",
     ]
+    shed = results["cases"].get("shed under overload")
+    if shed is not None:
+        met = "meets" if shed["share_of_served"] <= SHED_GOAL else "misses"
+        lines += [
+            "",
+            f"**Shed under overload**, the refusal the server uses while a priority is shed "
+            f"(the HTTP protocol answers before the app): s = {shed['share_of_served']:.2f}, "
+            f"which {met} the goal of s ≤ {SHED_GOAL:g} and leaves "
+            f"{shed['served_share_at_load']:.0%} of the offered requests to serve at {load:g}×. "
+            f"Its server CPU is the event-loop thread's over the refused requests, less the "
+            f"{shed['loop_cpu_background_s']:.3f} CPU-s/s the thread spends on the background "
+            f"batches alone; per slice {shed['refused']:,.0f} refused and "
+            f"{shed['served']:,.0f} admitted (median) of the single-node low-priority stream "
+            "(admission decides again each time a refusal stops holding).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -221,6 +327,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4, help="slices per case")
     parser.add_argument("--load", type=float, default=2.0, help="offered / sustained rate")
     parser.add_argument("--high-share", type=float, default=0.2, help="share of high priority")
+    parser.add_argument(
+        "--shed-variant", default="gin-full-1x", help="overloaded variant (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--shed-nodes", type=int, default=4096, help="nodes per background batch and queue"
+    )
+    parser.add_argument(
+        "--shed-seconds", type=float, default=5.0, help="background and refused stream, each"
+    )
     parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else None

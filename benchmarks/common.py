@@ -555,10 +555,12 @@ def predict_ms(curve: Mapping[int, float], size: int) -> float:
     return curve[b1] + (curve[b1] - curve[b0]) * (size - b1) / (b1 - b0)
 
 
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (all threads); NaN once it is gone."""
+def proc_cpu_s(pid: int, task: int | None = None) -> float:
+    """User + system CPU seconds of a process (all threads), or of its thread ``task``; NaN
+    once it is gone."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return math.nan
