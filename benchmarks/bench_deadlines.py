@@ -92,7 +92,7 @@ def sustained_rate(
             bodies,
             [(headers, spec)],
             processes=min(args.client_processes, concurrency),
-            client=args.client,
+            client=closed_loop_client(args.client),
         )
         step = {
             "concurrency": concurrency,
@@ -111,6 +111,12 @@ def sustained_rate(
     return {"rate_rps": rate_at_bound(steps, args.deadline_ms), "steps": steps}
 
 
+def closed_loop_client(client: str) -> str:
+    """The client of the closed-loop steps: h2load sends open-loop load at a fixed rate, so the
+    sustained rate is searched with the Python client ``raw`` then."""
+    return "raw" if client == "h2load" else client
+
+
 def _streams(
     url: str, bodies: list[bytes], base: dict[str, str], rate: float, args: argparse.Namespace,
     with_headers: bool, seed: int,
@@ -118,7 +124,7 @@ def _streams(
     """The three priority streams at once, each its own Poisson process and connections (from
     ``--client-processes`` client processes, each a share of every stream)."""
     streams = []
-    for i, (priority, share) in enumerate(STREAMS):
+    for i, (priority, share) in enumerate(args.streams):
         headers = dict(base)
         if with_headers:
             headers |= {"X-Deadline-Ms": f"{args.deadline_ms:g}", "X-Priority": priority}
@@ -133,7 +139,7 @@ def _streams(
         streams.append((headers, spec))
     if args.client == "h2load":
         done = drive_h2load(url, bodies, streams, bodies_per_stream=args.bodies_per_stream)
-        return dict(zip((p for p, _ in STREAMS), done, strict=True))
+        return dict(zip((p for p, _ in args.streams), done, strict=True))
     done = drive(
         url,
         bodies,
@@ -142,7 +148,7 @@ def _streams(
         client=args.client,
         connections=args.connections * args.client_processes,
     )
-    return dict(zip((p for p, _ in STREAMS), done, strict=True))
+    return dict(zip((p for p, _ in args.streams), done, strict=True))
 
 
 def outcome(result: StepResult, deadline_ms: float) -> dict[str, Any]:
@@ -199,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "size": args.size,
         "precomputed": not args.no_precomputed,
         "load": args.load,
-        "streams": [list(s) for s in STREAMS],
+        "streams": [list(s) for s in args.streams],
         "client": args.client,
         "bodies_per_stream": args.bodies_per_stream,
         "client_processes": args.client_processes,
@@ -220,7 +226,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             os.sched_setaffinity(0, args.client_cpus)
         url = f"{server.base_url}/v1/datasets/{args.dataset}/predict"
         wait_idle(server, args.dataset)
-        sustained = sustained_rate(url, bodies, base, args)
+        if args.sustained_rps is None:
+            sustained = sustained_rate(url, bodies, base, args)
+        else:  # another run's, so that runs offer the same rates
+            sustained = {"rate_rps": args.sustained_rps, "steps": [], "given": True}
         results["sustained"] = sustained
         rate = args.load * sustained["rate_rps"]
         results["offered_rps"] = rate
@@ -294,11 +303,18 @@ def render(results: dict[str, Any]) -> str:
         f"{results['date']}. Command: `{results['command']}`.",
         "",
         f"{_size_text(results)} at `X-Accuracy-Tolerance: {results['tolerance']:g}`. Sustained "
-        f"rate (closed loop, p99 ≤ {d:g} ms, no deadline or priority headers): "
-        f"**{results['sustained']['rate_rps']:,.0f} req/s**. Offered: {results['load']:g}× that, "
-        f"**{results['offered_rps']:,.0f} req/s** open loop in three "
+        + (
+            "rate (given, measured by another run): "
+            if results["sustained"].get("given")
+            else "rate (closed loop"
+            + (", the Python client" if results.get("client") == "h2load" else "")
+            + f", p99 ≤ {d:g} ms, no deadline or priority headers): "
+        )
+        + f"**{results['sustained']['rate_rps']:,.0f} req/s**. Offered: {results['load']:g}× that, "
+        + f"**{results['offered_rps']:,.0f} req/s** open loop in "
+        + ("", "one ", "two ", "three ")[len(results["streams"])]
         + ("constant-rate" if results.get("client") == "h2load" else "Poisson")
-        + " streams "
+        + (" streams " if len(results["streams"]) > 1 else " stream ")
         + ", ".join(f"{p} {100 * s:.0f} %" for p, s in results["streams"])
         + f". With headers every request carries `X-Deadline-Ms: {d:g}` and its `X-Priority`; "
         "without, neither. Latency on the client's clock, from each request's "
@@ -370,7 +386,7 @@ def render(results: dict[str, Any]) -> str:
             f"- repeat {row['repeat']}: high answered 200 within {d:g} ms "
             f"**{_pct(high['ok_within'])}** (goal ≥ 99 %); 200 answers later than {d:g} + 5 ms: "
             f"**{late}** (goal 0); refused or expired: high {_pct(shed['high'])}, normal "
-            f"{_pct(shed['normal'])}, low {_pct(shed['low'])} (goal: on low and normal)"
+            f"{_pct(shed.get('normal'))}, low {_pct(shed.get('low'))} (goal: on low and normal)"
         )
         if all("goodput_rps" in s for s in streams.values()):  # runs before it: not measured
             goodput = sum(s["goodput_rps"] for s in streams.values())
@@ -440,9 +456,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--name", default="deadlines", help="results file stem: <name>.md and <name>.json"
     )
+    parser.add_argument(
+        "--sustained-rps",
+        type=float,
+        help="the sustained rate to offer a multiple of, instead of measuring it (another run's)",
+    )
+    parser.add_argument(
+        "--priorities",
+        nargs="+",
+        choices=[p for p, _ in STREAMS],
+        default=[p for p, _ in STREAMS],
+        help="the streams to send, each at its share of the offered rate (default: all; "
+        "`--priorities high` offers the high stream alone: what no shedding can improve on)",
+    )
     parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else None
+    args.streams = [s for s in STREAMS if s[0] in args.priorities]
     usable = os.sched_getaffinity(0)
     for flag, cores in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
         if cores is not None and not set(cores) <= usable:
