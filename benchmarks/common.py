@@ -464,13 +464,14 @@ def test_nodes(dataset: str, workdir: Path) -> np.ndarray:
 
 
 def make_bodies(nodes: np.ndarray, size: int, count: int, seed: int) -> list[bytes]:
-    """``count`` request bodies of ``size`` random distinct nodes of ``nodes``."""
+    """``count`` request bodies of ``size`` random nodes of ``nodes``: distinct while there
+    are enough of them (the API allows duplicates, which a larger body then repeats)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(count):
-        pick = rng.choice(nodes, size=size, replace=False)
+        pick = rng.choice(nodes, size=size, replace=size > len(nodes))
         out.append(json.dumps({"nodes": [int(v) for v in pick]}).encode())
     return out
 
