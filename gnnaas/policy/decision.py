@@ -327,6 +327,15 @@ class LoadSnapshot:
         serve = service.predict_batched(self.stream_nodes + num_nodes, self.max_batch_nodes)
         return max(0.0, self.ahead_ms) + slowdown * serve
 
+    def leading_at(self, service: ServiceCurve, num_nodes: int, slowdown: float) -> float:
+        """Predicted completion of ``num_nodes`` more nodes that lead a batch of their own:
+        ``ahead + slowdown · T(waiting + num_nodes)``, the nodes waiting ahead of them but not a
+        batch the size of the running one (a high-priority request, whose batch is formed around
+        it: what joins it stays within its deadline, :func:`~gnnaas.serving.core.deadlines.
+        fit_batch`)."""
+        serve = service.predict_batched(self.waiting_nodes + num_nodes, self.max_batch_nodes)
+        return max(0.0, self.ahead_ms) + slowdown * serve
+
 
 class LoadView(Protocol):
     """What a decision reads of the load, measured only as far as it needs.
@@ -545,12 +554,19 @@ class DecisionTable:
         """The choice on an idle device: every variant predicted at one slowdown, which changes
         neither their order nor the tie band, so the choice is made once per request size and
         its prediction scaled by that slowdown. When a lookup runs at another slowdown than a
-        computed batch and both kinds are admitted, the order can change: computed per
-        request."""
+        computed batch and both kinds are admitted, the order can change: the same choice is
+        then made per request, from the cached curve times (no snapshot: nothing waits)."""
         cap, slowdown = load.max_batch_nodes, load.alone(False)
         lookup_slowdown = load.alone(True) if entry.any_lookup else slowdown
         if lookup_slowdown != slowdown and entry.mixed:
-            return self._timed(entry, num_nodes, None, load.snapshot())
+            times = self._service(entry, num_nodes, cap)
+            scored = [
+                (lookup_slowdown if lk else slowdown) * t
+                for t, lk in zip(times, entry.lookup, strict=True)
+            ]
+            band = min(scored) * (1.0 + self.tie_margin)
+            i = next(i for i, p in enumerate(scored) if p <= band)  # the most accurate tie
+            return Selection(entry.ids[i], scored[i], 0.0, None, entry.ids)
         i = entry.idle.get((num_nodes, cap))
         if i is None:
             if len(entry.idle) >= _SIZES_KEPT:

@@ -134,6 +134,41 @@ def test_with_work_ahead_low_and_normal_are_refused_past_their_share_high_is_not
     assert 'outcome="admitted",priority="high"} 1.0' in metrics
 
 
+def test_a_high_request_is_judged_as_leading_its_own_batch_not_as_the_streams_next() -> None:
+    # Curves 1,000 times the toy's: one node 3 s, 32 nodes 6 s on sage-full-1x; one batch at a
+    # time, so the running batch's predicted 6 s all count (the clock stands still).
+    registry, models = make_toy_registry(_scaled(1000))
+    pin = "sage-full-1x"
+    settings = Settings(**{**SETTINGS, "max_concurrent_batches": 1})
+    app = create_app(settings, registry=registry, clock=FakeClock())
+    with TestClient(app) as client, held(models[pin]) as gate, ThreadPoolExecutor(3) as pool:
+        lane = app.state.router.lane("toy", pin)
+        running = pool.submit(_post, client, list(range(32)), **{"X-Variant": pin})
+        assert models[pin].entered.wait(5)
+        # The stream's next batch is judged about the running one's size: a normal request
+        # of one node is predicted to end past 12 s (6 s left + 32 more nodes), beyond a 10 s
+        # deadline, pinned or decided among the variants tolerance 0 admits.
+        ten = {"X-Deadline-Ms": "10000", "X-Priority": "normal"}
+        for how in ({"X-Variant": pin}, {"X-Accuracy-Tolerance": "0"}):
+            refused = _post(client, [40], **ten, **how)
+            assert refused.status_code == 503, refused.text
+            assert "(best prediction: 12" in refused.json()["detail"]
+        # A high request leads a batch of its own, taken before what lower priorities queue:
+        # 6 s left + 3 s alone (then + one high node queued ahead), within the deadline.
+        high = {**ten, "X-Priority": "high"}
+        answers = [
+            pool.submit(_post, client, [41], **high, **{"X-Variant": pin}),
+            pool.submit(_post, client, [42], **high, **{"X-Accuracy-Tolerance": "0"}),
+        ]
+        wait_until(lambda: lane.batcher.queued_requests == 2)
+        gate.set()
+        assert [f.result().status_code for f in (running, *answers)] == [200, 200, 200]
+        metrics = client.get("/metrics").text
+    assert 'outcome="shed_deadline",priority="normal"} 2.0' in metrics
+    assert 'outcome="admitted",priority="high"} 2.0' in metrics
+    assert 'outcome="shed_deadline",priority="high"' not in metrics
+
+
 def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(
     toy: tuple[TestClient, Router, dict[str, FakeModel]],
 ) -> None:

@@ -86,7 +86,10 @@ def admit(
 ) -> None:
     """Refuses a request that ``variant`` (the router's choice for it, or the pinned one when
     ``selection`` is ``None``) is not predicted to answer within its ``left_ms``, or with which a
-    normal or low request would wait more than its share of its slack; returns otherwise.
+    normal or low request would wait more than its share of its slack; returns otherwise. A high
+    request the decision's prediction (the stream's next batch) does not fit is predicted again
+    as leading a batch of its own (:meth:`~gnnaas.policy.LoadSnapshot.leading_at`): batches take
+    it first and what joins stays within its deadline.
 
     ``load`` reads the variant's load now (only when ``selection`` holds no prediction);
     ``slowdown`` is the device's slowdown at the request's batch size
@@ -107,6 +110,12 @@ def admit(
         lookup = variant.answers is not None
         predicted = load().completion_ms(variant.variant_id, profile.service, num_nodes, lookup)
     unmeetable = predicted > left_ms if selection is None else selection.meets_slo is False
+    if unmeetable and priority == "high":
+        # The decision judged the dataset's stream (its next batch about the running one's
+        # size); a high request leads a batch of its own instead, taken before the lower
+        # priorities queued and joined only within its deadline (fit_batch).
+        predicted = load().leading_at(profile.service, num_nodes, slowdown)
+        unmeetable = predicted > left_ms
     if unmeetable:
         fastest, alone_ms = fastest_alone()
         if alone_ms > deadline_ms:
