@@ -108,9 +108,19 @@ def utc_now() -> str:
 
 def command_line(script: str, argv: Sequence[str] | None = None) -> str:
     """``python benchmarks/<script> <args>``: how to reproduce a run (``argv``: the script's
-    arguments; default: this process's)."""
+    arguments; default: this process's). An ``--out`` to an absolute folder is left out: it names
+    a machine's path, and the page is reproduced where it is committed (the default folder)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, args)])
+    kept: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg == "--out" and i + 1 < len(args) and Path(args[i + 1]).is_absolute():
+            skip = True
+        elif not (arg.startswith("--out=") and Path(arg[len("--out=") :]).is_absolute()):
+            kept.append(arg)
+    return " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, kept)])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -335,3 +335,17 @@ def test_gpu_check_without_cuda_changes_no_results(
     assert json.loads((tmp_path / "gpu.json").read_text())["cuda"] is False
     assert "No CUDA device was available" in (tmp_path / "gpu.md").read_text()
     assert _snapshot(RESULTS) == before
+
+
+def test_a_command_line_leaves_out_an_absolute_results_folder() -> None:
+    # A page says how to reproduce it where it is committed, never where a run wrote it.
+    common = importlib.import_module("common")
+    line = common.command_line
+    assert line("bench_x.py", ["--size", "64", "--out", "/scratch/run1", "--name", "d"]) == (
+        "python benchmarks/bench_x.py --size 64 --name d"
+    )
+    assert line("bench_x.py", ["--out=/scratch/run1", "--repeats", "2"]) == (
+        "python benchmarks/bench_x.py --repeats 2"
+    )
+    kept = ["--out", "benchmarks/results", "--workdir", ".cache/bench-drift"]
+    assert line("bench_x.py", kept) == "python benchmarks/bench_x.py " + " ".join(kept)
