@@ -431,6 +431,13 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """Adds ``serve``, ``stop`` and ``ray-config`` to the subcommands ``sub``."""
+    _add_serve_parser(sub)
+    _add_stop_parser(sub)
+    _add_ray_config_parser(sub)
+
+
+def _add_serve_parser(sub: Any) -> None:
+    """``gnnaas serve``."""
     p = sub.add_parser(
         "serve",
         help="serve every profiled dataset over HTTP",
@@ -498,6 +505,9 @@ def add_parsers(sub: Any) -> None:
     _add_quiet(p)
     p.set_defaults(func=_cmd_serve)
 
+
+def _add_stop_parser(sub: Any) -> None:
+    """``gnnaas stop``."""
     p = sub.add_parser(
         "stop",
         help="stop the server on a port (started any way: make serve, gnnaas serve, ...)",
@@ -522,6 +532,9 @@ def add_parsers(sub: Any) -> None:
     _add_quiet(p)
     p.set_defaults(func=_cmd_stop)
 
+
+def _add_ray_config_parser(sub: Any) -> None:
+    """``gnnaas ray-config``."""
     p = sub.add_parser(
         "ray-config",
         help="write a Ray Serve config for this repository",

@@ -355,7 +355,6 @@ def pareto(
     Raises:
         ValueError: ``frontier`` is empty (no variant has a service curve).
     """
-    from matplotlib.lines import Line2D
 
     if frontier.empty:
         raise ValueError(f"pareto: frontier must hold a variant (got an empty one for {dataset!r})")
@@ -373,36 +372,60 @@ def pareto(
     )
     panels, side = list(axes[0][:-1]), axes[0][-1]
     for ax, n in zip(panels, sizes, strict=True):
-        column = f"service_ms_{n}"
-        for r in points.itertuples():
-            on = bool(r.on_frontier)
-            ax.scatter(
-                getattr(r, column),
-                r.accuracy,
-                marker=ARCH_MARKERS.get(str(r.arch), "^"),
-                color=prune_color(int(r.prune) if math.isfinite(r.prune) else 0),
-                s=46 if on else 30,
-                alpha=1.0 if on else 0.25,
-                edgecolor="black" if on else "none",
-                lw=0.8,
-                zorder=3 if on else 2,
-            )
-        best = _front_at(front, column)
-        ax.step(
-            best[column], best["accuracy"], where="post", color="black", lw=1.0, ls="--", zorder=1
-        )
-        times = points[column].dropna()
-        if len(times) and float(times.max()) > 3 * float(times.min()):
-            ax.set_xscale("log")
-            plain_log_axis(ax.xaxis, subs=(1.0, 2.0, 3.0, 5.0))
-            scale = "ms, log"
-        else:  # a narrow range reads better on a linear axis (a log axis shows one tick)
-            scale = "ms"
-        _number_points(ax, front, column, number)
-        ax.set_xlabel(f"predicted service time for {_nodes(n)} ({scale})")
-        ax.grid(alpha=0.3, which="both")
-        ax.set_title(f"request of {_nodes(n)}", fontsize=10)
+        _pareto_panel(ax, points, front, n, number)
     panels[0].set_ylabel("validation accuracy (%)")
+    _pareto_side(side, points, front, sizes, number)
+    fig.suptitle(
+        f"{dataset}: accuracy vs predicted service time; {len(front)} of {len(points)} variants "
+        "on the router's frontier"
+    )
+    return save_png(fig, path)
+
+
+def _pareto_panel(
+    ax: Any, points: pd.DataFrame, front: pd.DataFrame, n: int, number: dict[str, int]
+) -> None:
+    """One panel of :func:`pareto`: every variant at requests of ``n`` nodes, the frontier's
+    numbered, the best accuracy within each time dashed."""
+    column = f"service_ms_{n}"
+    for r in points.itertuples():
+        on = bool(r.on_frontier)
+        ax.scatter(
+            getattr(r, column),
+            r.accuracy,
+            marker=ARCH_MARKERS.get(str(r.arch), "^"),
+            color=prune_color(int(r.prune) if math.isfinite(r.prune) else 0),
+            s=46 if on else 30,
+            alpha=1.0 if on else 0.25,
+            edgecolor="black" if on else "none",
+            lw=0.8,
+            zorder=3 if on else 2,
+        )
+    best = _front_at(front, column)
+    ax.step(best[column], best["accuracy"], where="post", color="black", lw=1.0, ls="--", zorder=1)
+    times = points[column].dropna()
+    if len(times) and float(times.max()) > 3 * float(times.min()):
+        ax.set_xscale("log")
+        plain_log_axis(ax.xaxis, subs=(1.0, 2.0, 3.0, 5.0))
+        scale = "ms, log"
+    else:  # a narrow range reads better on a linear axis (a log axis shows one tick)
+        scale = "ms"
+    _number_points(ax, front, column, number)
+    ax.set_xlabel(f"predicted service time for {_nodes(n)} ({scale})")
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title(f"request of {_nodes(n)}", fontsize=10)
+
+
+def _pareto_side(
+    side: Any,
+    points: pd.DataFrame,
+    front: pd.DataFrame,
+    sizes: Sequence[int],
+    number: dict[str, int],
+) -> None:
+    """The side panel of :func:`pareto`: the legend and the numbered frontier variants with
+    their times at each size."""
+    from matplotlib.lines import Line2D
 
     side.set_axis_off()
     handles = arch_handles(points["arch"].dropna()) + prune_handles(points["prune"].dropna())
@@ -428,8 +451,3 @@ def pareto(
         family="monospace",
         transform=side.transAxes,
     )
-    fig.suptitle(
-        f"{dataset}: accuracy vs predicted service time; {len(front)} of {len(points)} variants "
-        "on the router's frontier"
-    )
-    return save_png(fig, path)

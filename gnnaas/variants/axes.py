@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -391,57 +391,126 @@ def derive_variants(
         list[DerivedRow]: one row per derived variant, in order of derivation.
     """
     wanted = set(axes)
-    trained = [
-        m
-        for m in repo.list(store.name)
-        if m.precomputed is None and not m.spec.derived and m.arch in set(archs)
-    ]
+    trained = _trained(store, repo, archs)
     if not trained or not wanted & {"width", "fanouts", "precision"}:
         return []
-    best = max(float(m.metrics.get("val_acc", 0.0)) for m in trained)
+    best = max(_val_acc(m) for m in trained)
     rows: list[DerivedRow] = []
     for arch in archs:
-        mine = sorted(
-            (m for m in trained if m.arch == arch),
-            key=lambda m: (-float(m.metrics.get("val_acc", 0.0)), m.variant_id),
-        )
+        mine, bases = _ranked_and_roots(trained, arch, best, near)
         if not mine:
             continue
-        roots = [m for m in mine if float(m.metrics.get("val_acc", 0.0)) >= best - near / 100.0]
-        roots = (roots or mine[:1])[:_MAX_ROOTS_PER_ARCH]
-        computed: list[Manifest] = list(mine)
-        bases = list(roots)
-        if "width" in wanted:
-            widths = distilled_widths(mine[0].hidden_channels, width_divisors)
-            for hidden in widths:
-                manifest, row = _distill(
-                    store, repo, config, mine[0], hidden, device, force, on_variant, on_epoch
-                )
-                rows.append(row)
-                bases.append(manifest)
-                computed.append(manifest)
-        if "fanouts" in wanted:
-            for base in bases:
-                sets = (
-                    [tuple(int(f) for f in s) for s in fanout_sets]
-                    if fanout_sets is not None
-                    else binding_fanouts(store, base.trained_fanouts, sampler_seed=sampler_seed)
-                )
-                for fanouts in sets:
-                    if len(fanouts) != base.num_layers:
-                        raise ConfigError(
-                            f"fanouts {list(fanouts)} need one value per layer; "
-                            f"{base.variant_id} has {base.num_layers} layers"
-                        )
-                    spec = base.spec.with_axes(fanouts=fanouts)
-                    manifest, row = _same_weights(
-                        store, repo, base, spec, sampler_seed, force, on_variant
-                    )
-                    rows.append(row)
-                    computed.append(manifest)
-        if "precision" in wanted:
-            rows += _int8_twins(store, repo, computed, sampler_seed, force, on_variant)
+        rows += _derive_arch(
+            store, repo, config, mine, bases, wanted,
+            width_divisors, fanout_sets, sampler_seed, device, force, on_variant, on_epoch,
+        )  # fmt: skip
     return rows
+
+
+def _derive_arch(
+    store: GraphStore,
+    repo: VariantRepository,
+    config: TrainConfig,
+    mine: list[Manifest],
+    bases: list[Manifest],
+    wanted: set[str],
+    width_divisors: Sequence[int],
+    fanout_sets: Sequence[Sequence[int]] | None,
+    sampler_seed: int,
+    device: Any,
+    force: bool,
+    on_variant: Callable[[str], None] | None,
+    on_epoch: Callable[[EpochReport], None] | None,
+) -> list[DerivedRow]:
+    """One architecture's derived variants (``mine``: its trained ones, most accurate first;
+    ``bases``: its roots): the widths its best distils, the smaller fanouts of the roots and the
+    widths, then the int8 twins of all of them, in that order (:func:`derive_variants`)."""
+    derived: list[tuple[Manifest, DerivedRow]] = []
+    if "width" in wanted:
+        derived += _width_variants(
+            store, repo, config, mine[0], width_divisors, device, force, on_variant, on_epoch
+        )
+        bases = bases + [manifest for manifest, _ in derived]
+    if "fanouts" in wanted:
+        derived += _fanout_variants(
+            store, repo, bases, fanout_sets, sampler_seed, force, on_variant
+        )
+    rows = [row for _, row in derived]
+    if "precision" in wanted:
+        computed = mine + [manifest for manifest, _ in derived]
+        rows += _int8_twins(store, repo, computed, sampler_seed, force, on_variant)
+    return rows
+
+
+def _ranked_and_roots(
+    trained: Sequence[Manifest], arch: str, best: float, near: float
+) -> tuple[list[Manifest], list[Manifest]]:
+    """``arch``'s trained variants, most accurate first, and its roots: those within ``near``
+    points of the dataset's ``best`` (at most :data:`_MAX_ROOTS_PER_ARCH`; at least its best)."""
+    mine = sorted(
+        (m for m in trained if m.arch == arch), key=lambda m: (-_val_acc(m), m.variant_id)
+    )
+    roots = [m for m in mine if _val_acc(m) >= best - near / 100.0]
+    return mine, (roots or mine[:1])[:_MAX_ROOTS_PER_ARCH]
+
+
+def _val_acc(manifest: Manifest) -> float:
+    """A stored variant's validation accuracy (0 when it has none)."""
+    return float(manifest.metrics.get("val_acc", 0.0))
+
+
+def _trained(store: GraphStore, repo: VariantRepository, archs: Sequence[str]) -> list[Manifest]:
+    """The stored trained variants of ``archs`` (the roots and teachers of the other axes)."""
+    wanted = set(archs)
+    return [
+        m
+        for m in repo.list(store.name)
+        if m.precomputed is None and not m.spec.derived and m.arch in wanted
+    ]
+
+
+def _width_variants(
+    store: GraphStore,
+    repo: VariantRepository,
+    config: TrainConfig,
+    teacher: Manifest,
+    width_divisors: Sequence[int],
+    device: Any,
+    force: bool,
+    on_variant: Callable[[str], None] | None,
+    on_epoch: Callable[[EpochReport], None] | None,
+) -> Iterator[tuple[Manifest, DerivedRow]]:
+    """The narrower models ``teacher`` (an architecture's most accurate trained variant)
+    distils on its kept features, one per width of :func:`distilled_widths`."""
+    for hidden in distilled_widths(teacher.hidden_channels, width_divisors):
+        yield _distill(store, repo, config, teacher, hidden, device, force, on_variant, on_epoch)
+
+
+def _fanout_variants(
+    store: GraphStore,
+    repo: VariantRepository,
+    bases: Sequence[Manifest],
+    fanout_sets: Sequence[Sequence[int]] | None,
+    sampler_seed: int,
+    force: bool,
+    on_variant: Callable[[str], None] | None,
+) -> Iterator[tuple[Manifest, DerivedRow]]:
+    """Each base's variants at smaller serving fanouts (its weights, other fanouts): the binding
+    ones (:func:`binding_fanouts`), or ``fanout_sets`` when given."""
+    for base in bases:
+        sets = (
+            [tuple(int(f) for f in s) for s in fanout_sets]
+            if fanout_sets is not None
+            else binding_fanouts(store, base.trained_fanouts, sampler_seed=sampler_seed)
+        )
+        for fanouts in sets:
+            if len(fanouts) != base.num_layers:
+                raise ConfigError(
+                    f"fanouts {list(fanouts)} need one value per layer; "
+                    f"{base.variant_id} has {base.num_layers} layers"
+                )
+            spec = base.spec.with_axes(fanouts=fanouts)
+            yield _same_weights(store, repo, base, spec, sampler_seed, force, on_variant)
 
 
 def distilled_widths(hidden: int, divisors: Sequence[int]) -> list[int]:

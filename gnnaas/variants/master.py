@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -250,8 +250,6 @@ def import_master(
             (input width, classes), fanouts that are not one per layer, or an existing 1x
             variant without ``force``.
     """
-    from gnnaas.variants.training import evaluate
-
     config = read_model_config(model_config)
     source = f"weights {str(weights)!r}"
     # The weights against their config first (names the key and both shapes), then the pair
@@ -281,7 +279,21 @@ def import_master(
     model.eval()
 
     start = time.perf_counter()
-    metrics = {}
+    metrics = _served_metrics(model, store, fanouts, batch_size, device, seed)
+    metrics["eval_time_s"] = time.perf_counter() - start
+    model = model.cpu().eval()
+    manifest = _master_manifest(store, spec, config, fanouts, metrics, seed)
+    return repo.save(manifest, model), model
+
+
+def _served_metrics(
+    model: GNN, store: GraphStore, fanouts: Sequence[int], batch_size: int, device: str, seed: int
+) -> dict[str, float]:
+    """The master's validation and test accuracy through the served pipeline (NaN for an empty
+    split), with no training behind them."""
+    from gnnaas.variants.training import evaluate
+
+    metrics: dict[str, float] = {}
     for split, nodes in (("val_acc", store.val_idx), ("test_acc", store.test_idx)):
         metrics[split] = (
             evaluate(
@@ -296,8 +308,20 @@ def import_master(
             if nodes.numel()
             else math.nan
         )
-    model = model.cpu().eval()
-    manifest = Manifest(
+    return {**metrics, "train_time_s": 0.0, "epochs": 0}
+
+
+def _master_manifest(
+    store: GraphStore,
+    spec: VariantSpec,
+    config: MasterConfig,
+    fanouts: Sequence[int],
+    metrics: dict[str, float],
+    seed: int,
+) -> Manifest:
+    """The manifest of the user's model stored as ``spec`` (every feature kept; origin
+    ``user``)."""
+    return Manifest(
         format=MANIFEST_FORMAT,
         dataset=store.name,
         variant_id=spec.variant_id,
@@ -313,18 +337,12 @@ def import_master(
         dropout=config.dropout,
         fanouts=[int(f) for f in fanouts],
         multi_label=store.multi_label,
-        metrics={
-            **metrics,
-            "train_time_s": 0.0,
-            "epochs": 0,
-            "eval_time_s": time.perf_counter() - start,
-        },
+        metrics=metrics,
         seed=seed,
         versions=library_versions(),
         family="pyg",
         origin="user",
     )
-    return repo.save(manifest, model), model
 
 
 def warm_start_state(master: GNN, keep: Tensor) -> dict[str, Tensor]:

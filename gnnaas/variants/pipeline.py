@@ -136,26 +136,61 @@ def generate_variants(
         ConfigError: an unknown arch or ranking, a prune factor below 1 or above the number of
             features, or an empty list.
     """
-    from tqdm import tqdm
-
     from gnnaas.variants.training import TrainConfig
 
     config = TrainConfig() if config is None else config
     axes = tuple(axes)
-    num_features = store.num_features
+    arch_names, ranking_names, pruned = _checked_grid(store, archs, rankings, prunes)
+    plans = [
+        _plan_arch(store, repo, arch, ranking_names, pruned, config, force=force)
+        for arch in arch_names
+    ]
+    rows, shown = _train_features(
+        store, repo, plans, axes, width_divisors, config, device, progress, warm_start
+    )
+    rows += _derive(
+        store, repo, config, arch_names, axes=axes, near=near, width_divisors=width_divisors,
+        fanout_sets=fanout_sets, sampler_seed=sampler_seed, device=device, force=force,
+        progress=progress, shown=shown,
+    )  # fmt: skip
+    return rows
+
+
+def _checked_grid(
+    store: GraphStore,
+    archs: Iterable[str | Arch],
+    rankings: Iterable[str | Ranking],
+    prunes: Iterable[int],
+) -> tuple[list[str], list[str], list[int]]:
+    """The architectures, rankings and pruned factors (``k > 1``) of a plan, each checked and
+    once, before any training (:func:`generate_variants`)."""
     arch_names = _unique(VariantSpec(store.name, a, FULL_RANKING, 1).arch for a in archs)
     ranking_names = _unique(Ranking.parse(r).value for r in rankings)
-    factors = _check_prunes(prunes, num_features)
+    factors = _check_prunes(prunes, store.num_features)
     if not arch_names:
         raise ConfigError("no architecture given; pass at least one, e.g. --arch sage")
     pruned = [k for k in factors if k > 1]
     if pruned and not ranking_names:
         raise ConfigError("no ranking given; pass at least one, e.g. --ranking lasso")
+    return arch_names, ranking_names, pruned
 
-    plans = [
-        _plan_arch(store, repo, arch, ranking_names, pruned, config, force=force)
-        for arch in arch_names
-    ]
+
+def _train_features(
+    store: GraphStore,
+    repo: VariantRepository,
+    plans: Sequence[_ArchPlan],
+    axes: Sequence[str],
+    width_divisors: Sequence[int] | None,
+    config: TrainConfig,
+    device: Device,
+    progress: bool,
+    warm_start: bool,
+) -> tuple[list[GenerateRow], PlanProgress | None]:
+    """The trained variants (the ``features`` axis) of each architecture's plan: its 1× model,
+    then its pruned ones, on a bar over them; and the plan's progress, which the derived axes go
+    on reporting to (``None`` without ``progress``)."""
+    from tqdm import tqdm
+
     total = sum(1 + len(plan.pruned) for plan in plans)
     rows: list[GenerateRow] = []
     with tqdm(
@@ -168,31 +203,10 @@ def generate_variants(
             rows.append(full.row)
             bar.update(1)
             rows += _generate_pruned(
-                store,
-                repo,
-                plan,
-                full.model,
-                device=device,
-                bar=bar,
-                warm_start=warm_start,
-                shown=shown,
-            )
-    rows += _derive(
-        store,
-        repo,
-        config,
-        arch_names,
-        axes=axes,
-        near=near,
-        width_divisors=width_divisors,
-        fanout_sets=fanout_sets,
-        sampler_seed=sampler_seed,
-        device=device,
-        force=force,
-        progress=progress,
-        shown=shown,
-    )
-    return rows
+                store, repo, plan, full.model, device=device, bar=bar,
+                warm_start=warm_start, shown=shown,
+            )  # fmt: skip
+    return rows, shown
 
 
 @dataclass(frozen=True)

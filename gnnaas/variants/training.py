@@ -235,18 +235,7 @@ def train_model(
 
     torch.manual_seed(config.seed)  # init and dropout
     generator = torch.Generator().manual_seed(config.seed)  # shuffling and sampling
-    model = build_model(
-        arch,
-        data.x.size(1),
-        config.hidden_channels,
-        store.num_classes,
-        num_layers=config.num_layers,
-        dropout=config.dropout,
-        family=config.family,
-    )
-    if init_state is not None:
-        model.load_state_dict(init_state, strict=True)  # warm start (shapes checked by torch)
-    model = model.to(device)
+    model = _initial_model(arch, data.x.size(1), store.num_classes, config, init_state, device)
     if teacher is not None:
         teacher = _check_teacher(teacher, data.x.size(1), store.num_classes).to(device).eval()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -264,7 +253,43 @@ def train_model(
     fit = _fit(
         run, eval_path, store, desc=f"train {arch.value}", progress=progress, on_epoch=on_epoch
     )
+    return _result(model, fit, eval_path, store, config, start)
 
+
+def _initial_model(
+    arch: Arch,
+    in_channels: int,
+    num_classes: int,
+    config: TrainConfig,
+    init_state: Mapping[str, Tensor] | None,
+    device: torch.device,
+) -> GNN:
+    """The model before training, on ``device``: built from ``config`` (seeded by the caller),
+    or warm-started from ``init_state`` (shapes checked by torch)."""
+    model = build_model(
+        arch,
+        in_channels,
+        config.hidden_channels,
+        num_classes,
+        num_layers=config.num_layers,
+        dropout=config.dropout,
+        family=config.family,
+    )
+    if init_state is not None:
+        model.load_state_dict(init_state, strict=True)
+    return model.to(device)
+
+
+def _result(
+    model: GNN,
+    fit: _Fit,
+    eval_path: InferencePath,
+    store: GraphStore,
+    config: TrainConfig,
+    start: float,
+) -> TrainResult:
+    """The trained model's result: its best-validation weights, their test accuracy on the
+    served pipeline, the model back on the CPU in eval mode."""
     model.load_state_dict(fit.best_state)
     test_acc = evaluate_path(eval_path, store.y, store.test_idx, config.batch_size)
     model = model.cpu().eval()
