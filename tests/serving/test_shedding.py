@@ -76,6 +76,19 @@ def _scaled(factor: float) -> dict[str, tuple[int, float | None, dict[int, float
     }
 
 
+def _held_and_queued(
+    client: Any, pool: Any, model: Any, lane: Any, pin: str, nodes: range
+) -> tuple[Any, Any]:
+    """A one-node batch of ``pin`` held running (its model gated) and a request of ``nodes``
+    queued behind it: the two answers' futures."""
+    headers = {"X-Variant": pin}
+    running = pool.submit(client.post, URL, json={"nodes": [0]}, headers=headers)
+    assert model.entered.wait(5)
+    queued = pool.submit(client.post, URL, json={"nodes": list(nodes)}, headers=headers)
+    wait_until(lambda: lane.batcher.queued_requests == 1)
+    return running, queued
+
+
 @pytest.fixture
 def loaded() -> Any:
     """The toy app on a fake clock with curves 1,000 times the toy's (one node 3 s on
@@ -88,12 +101,7 @@ def loaded() -> Any:
     with TestClient(app) as client, held(models[pin]) as gate, ThreadPoolExecutor(2) as pool:
         core = app.state.router
         lane = core.lane("toy", pin)
-        running = pool.submit(client.post, URL, json={"nodes": [0]}, headers={"X-Variant": pin})
-        assert models[pin].entered.wait(5)
-        queued = pool.submit(
-            client.post, URL, json={"nodes": list(range(1, 32))}, headers={"X-Variant": pin}
-        )
-        wait_until(lambda: lane.batcher.queued_requests == 1)
+        running, queued = _held_and_queued(client, pool, models[pin], lane, pin, range(1, 32))
         yield client, app, clock
         gate.set()
         assert running.result().status_code == queued.result().status_code == 200
@@ -180,12 +188,7 @@ def test_a_full_queue_is_refused_at_the_edge_until_its_running_batch_is_predicte
     with TestClient(app) as client, held(models[pin]) as gate, ThreadPoolExecutor(2) as pool:
         core = app.state.router
         lane = core.lane("toy", pin)
-        running = pool.submit(client.post, URL, json={"nodes": [0]}, headers={"X-Variant": pin})
-        assert models[pin].entered.wait(5)
-        queued = pool.submit(
-            client.post, URL, json={"nodes": list(range(64))}, headers={"X-Variant": pin}
-        )
-        wait_until(lambda: lane.batcher.queued_nodes == 64)
+        running, queued = _held_and_queued(client, pool, models[pin], lane, pin, range(64))
         full = client.post(URL, json={"nodes": [1]}, headers={"X-Variant": pin})
         assert full.status_code == 503 and "is full" in full.json()["detail"]
         refusal = core.refusal("toy", Asked("normal", None, 0.0, pin))
