@@ -238,11 +238,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             order = (True, False) if r % 2 == 0 else (False, True)
             for with_headers in order:
                 wait_idle(server, args.dataset)
+                lag_before = loop_lag_buckets(server.base_url)
                 streams = _streams(url, bodies, base, rate, args, with_headers, seed=r)
                 row = {
                     "repeat": r + 1,
                     "headers": with_headers,
                     "streams": {p: outcome(s, args.deadline_ms) for p, s in streams.items()},
+                    "loop_lag": lag_quantiles(lag_before, loop_lag_buckets(server.base_url)),
                 }
                 results["runs"].append(row)
                 high = row["streams"]["high"]
@@ -258,6 +260,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
     results["busy_note"] = busy_note(before)
     return results
+
+
+_LAG_BUCKET = "gnnaas_event_loop_lag_seconds_bucket{le="
+
+
+def loop_lag_buckets(base_url: str) -> dict[float, float]:
+    """The server's event-loop lag histogram now: cumulative tick counts by upper bound (s)."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith(_LAG_BUCKET):
+            bound, count = line[len(_LAG_BUCKET) :].split("}")
+            buckets[float(bound.strip('"'))] = float(count)
+    return buckets
+
+
+def lag_quantiles(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
+    """The ticks between two readings of :func:`loop_lag_buckets`: how many, and the bucket
+    bounds (ms) their median and 99th percentile fall under (``None`` without ticks)."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    out: dict[str, Any] = {"ticks": int(total)}
+    for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+        out[name] = next(
+            (b * 1e3 for b, c in zip(bounds, counts, strict=True) if c >= q * total), None
+        )
+        if not total:
+            out[name] = None
+    return out
 
 
 def _pct(x: float) -> str:
@@ -393,6 +426,12 @@ def render(results: dict[str, Any]) -> str:
             ratio = goodput / results["sustained"]["rate_rps"]
             line += f"; goodput **{goodput:,.0f} req/s** = {ratio:.2f} × the sustained rate "
             line += "(goal ≥ 0.5)"
+        lag = row.get("loop_lag") or {}
+        if lag.get("ticks"):
+            line += (
+                f"; the server's event loop ran {lag['ticks']:,} ticks, its lag p50 ≤ "
+                f"{lag['p50_ms']:g} ms and p99 ≤ {lag['p99_ms']:g} ms (histogram bounds)"
+            )
         lines.append(line + ".")
     if results.get("admission_metrics"):
         lines += ["", "Server counters at the end (`gnnaas_admission_total`):", "", "```"]

@@ -15,6 +15,7 @@ from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait
 
 from gnnaas.serving import Router, Settings, create_app
 from gnnaas.serving.core.clock import FakeClock
+from gnnaas.serving.core.looplag import LoopLag
 
 URL = "/v1/datasets/toy/predict"
 SETTINGS = dict(max_wait_ms=0.0, max_concurrent_batches=4, inline_max_nodes=0)
@@ -167,6 +168,39 @@ def test_a_high_request_is_judged_as_leading_its_own_batch_not_as_the_streams_ne
     assert 'outcome="shed_deadline",priority="normal"} 2.0' in metrics
     assert 'outcome="admitted",priority="high"} 2.0' in metrics
     assert 'outcome="shed_deadline",priority="high"' not in metrics
+
+
+def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first() -> None:
+    # Curves 1,000 times the toy's: one node 3 s on sage-full-1x; a 10 s deadline.
+    registry, models = make_toy_registry(_scaled(1000))
+    pin = "sage-full-1x"
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
+    with TestClient(app) as client:
+        router: Router = app.state.router
+        clock = router.clock
+        # The loop ran a tick 4 s late, then one on time: its worst lag of the window is 4 s,
+        # its lag as it is 0 (as the watcher reads them on a real clock).
+        calls = models[pin].calls
+        router.loop_lag = lag = LoopLag()
+        lag.ran(due=clock.now() - 4.0, now=clock.now())
+        lag.ran(due=clock.now(), now=clock.now())
+        deadline = {"X-Variant": pin, "X-Deadline-Ms": "10000"}
+        # A normal request counts the worst lag twice (before the app read it, before its
+        # answer is written): 2 s left, under its own 3 s.
+        refused = _post(client, [40], **deadline, **{"X-Priority": "normal"})
+        assert refused.status_code == 503, refused.text
+        assert "within the 2000.0 ms left" in refused.json()["detail"]
+        # A high request counts the lag as it is (0): 10 s left, served.
+        served = _post(client, [41], **deadline, **{"X-Priority": "high"})
+        assert served.status_code == 200, served.text
+        # The refusal holds while the lag reads the same: the next normal request is refused
+        # from its headers, before its body is read (the edge's refusal, the same detail).
+        again = _post(client, [42], **deadline, **{"X-Priority": "normal"})
+        assert again.status_code == 503 and again.json() == refused.json()
+        assert models[pin].calls == calls + 1  # the high request's
+        metrics = client.get("/metrics").text
+    assert 'outcome="shed_deadline",priority="normal"} 2.0' in metrics
+    assert 'outcome="admitted",priority="high"} 1.0' in metrics
 
 
 def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(

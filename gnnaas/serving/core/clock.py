@@ -49,6 +49,14 @@ class Clock(ABC):
         """:meth:`timeout_at` ``delay_s`` from now (``None``: no limit)."""
         return self.timeout_at(None if delay_s is None else self.now() + delay_s)
 
+    async def sleep_until(self, when: float) -> None:
+        """Returns once the clock reads ``when`` (at the next turn of the loop if it does)."""
+        try:
+            async with self.timeout_at(when):
+                await asyncio.get_running_loop().create_future()  # never resolved
+        except TimeoutError:
+            pass
+
 
 class MonotonicClock(Clock):
     """``time.monotonic()``, with timeouts on the running event loop's timer."""
@@ -63,6 +71,10 @@ class MonotonicClock(Clock):
     def timeout_at(self, when: float | None) -> AbstractAsyncContextManager[object]:
         """:func:`asyncio.timeout` for the time left until ``when``."""
         return asyncio.timeout(None if when is None else when - time.monotonic())
+
+    async def sleep_until(self, when: float) -> None:
+        """:func:`asyncio.sleep` until ``when`` (the event loop's timer)."""
+        await asyncio.sleep(max(when - time.monotonic(), 0.0))
 
 
 MONOTONIC = MonotonicClock()

@@ -146,6 +146,14 @@ METRICS: dict[str, MetricDoc] = {
             "Recent batches behind gnnaas_batch_time_rel_error",
         ),
         MetricDoc(
+            "gnnaas_event_loop_lag_seconds",
+            "histogram",
+            (),
+            "How late the event loop ran its ticks (a few milliseconds apart while requests "
+            "with X-Deadline-Ms arrive): the wait before the app and before an answer is written, "
+            "which admission counts against each deadline",
+        ),
+        MetricDoc(
             "gnnaas_reloads_total",
             "counter",
             ("outcome",),
@@ -258,6 +266,9 @@ class ServingMetrics:
         )
         self.batch_measured = _metric(
             Histogram, "gnnaas_batch_measured_seconds", r, buckets=_LATENCY_BUCKETS_S
+        )
+        self.loop_lag = _metric(
+            Histogram, "gnnaas_event_loop_lag_seconds", r, buckets=_LATENCY_BUCKETS_S
         )
         self.reloads = _metric(Counter, "gnnaas_reloads_total", r)
         for outcome in ("ok", "failed"):  # both series exist from the start, at 0

@@ -56,7 +56,7 @@ from gnnaas.policy import (
     VariantLoad,
     effective_tolerance,
 )
-from gnnaas.serving.core.clock import MONOTONIC, Clock
+from gnnaas.serving.core.clock import MONOTONIC, Clock, FakeClock
 from gnnaas.serving.core.deadlines import admit, late_answer
 from gnnaas.serving.core.generation import (
     ExecutorFactory,
@@ -67,6 +67,7 @@ from gnnaas.serving.core.generation import (
     discard,
 )
 from gnnaas.serving.core.lane import Lane
+from gnnaas.serving.core.looplag import LoopLag
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
@@ -126,6 +127,10 @@ class Router:
         clock (Clock, optional): the time of every decision, deadline and batch (its batchers
             run on it; ``arrived`` of :meth:`predict` is read on it). (default:
             :data:`~gnnaas.serving.core.clock.MONOTONIC`)
+        watch_loop (bool, optional): measure the event loop's lag while requests with a
+            deadline arrive and count it against their deadlines (:mod:`.looplag`); ``None``:
+            on a real clock, off on a :class:`~gnnaas.serving.core.clock.FakeClock` (a test's
+            time is its own). (default: ``None``)
     """
 
     def __init__(
@@ -136,10 +141,15 @@ class Router:
         metrics: ServingMetrics | None = None,
         executor_factory: ExecutorFactory | None = None,
         clock: Clock = MONOTONIC,
+        watch_loop: bool | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ServingMetrics()
         self.clock = clock
+        if watch_loop is None:
+            watch_loop = not isinstance(clock, FakeClock)
+        self.loop_lag = LoopLag(observe=self.metrics.loop_lag.observe) if watch_loop else None
+        self._watching: asyncio.Task[None] | None = None
         self._factory = executor_factory or default_executor_factory(registry.device)
         self.slowdown = Slowdown(settings.load_ewma_alpha)
         # Not served until start(): no lanes yet.
@@ -185,6 +195,8 @@ class Router:
         self._go_live(gen)
         self._gen = gen
         self.metrics.generation.set(gen.number)
+        if self.loop_lag is not None:
+            self._watching = asyncio.create_task(self.loop_lag.watch(self.clock))
         self.started = True
         _log.info("router started: %d variants", len(gen.lanes))
 
@@ -192,6 +204,8 @@ class Router:
         """Refuses new requests and drains the accepted ones (bounded by the shutdown timeout);
         then closes the live graphs' logs."""
         self.stopping = True
+        if self._watching is not None:
+            self._watching.cancel()
         timeout = self.settings.shutdown_timeout_s
         await asyncio.gather(
             *(lane.batcher.stop(timeout) for lane in self._gen.lanes.values()),
@@ -501,9 +515,10 @@ class Router:
 
         ``output`` is what it returns per node: ``"class"``, ``"proba"`` or ``"embedding"``
         (:class:`~gnnaas.inference.executor.ExecRequest`). With ``deadline_ms`` (counted from
-        ``arrived``, on the router's clock, when it reached the server) the variant is chosen as
-        for an SLO, the request is refused at once when no admissible variant is predicted to
-        answer in time, and it is never computed after its deadline. ``priority`` orders it in
+        ``arrived``, on the router's clock, when it reached the app, less twice the event loop's
+        lag: :mod:`.looplag`) the variant is chosen as for an SLO, the request is refused at
+        once when no admissible variant is predicted to answer in time, and it is never computed
+        after its deadline. ``priority`` orders it in
         its variant's queue and decides who is shed first under overload
         (:class:`~gnnaas.serving.core.batcher.Batcher`).
 
@@ -521,6 +536,14 @@ class Router:
         expires = left_ms = None
         if deadline_ms is not None:
             expires = (now if arrived is None else arrived) + deadline_ms / 1e3
+            if self.loop_lag is not None:
+                self.loop_lag.arrived(now)
+                # Unseen by the app: the request waited about the loop's lag before the app
+                # read it, and its answer waits about as long again before it is written.
+                # High requests count the lag as it is; the others its recent worst, so that
+                # they are shed first while the loop falls behind.
+                lag = self.loop_lag
+                expires -= 2 * (lag.latest_s(now) if priority == "high" else lag.behind_s(now))
             left_ms = (expires - now) * 1e3
         selection: Selection | None
         if pinned is not None:
@@ -620,8 +643,12 @@ class Router:
             )
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
-            if exc.hold_s > 0:
-                until = self.clock.now() + exc.hold_s
+            hold_s = exc.hold_s
+            if hold_s > 0 and self.loop_lag is not None:
+                # The lag counted against the deadline reads the same until its window ends.
+                hold_s = max(hold_s, self.loop_lag.settles_in(self.clock.now()))
+            if hold_s > 0:
+                until = self.clock.now() + hold_s
                 pinned = variant.variant_id if selection is None else None
                 shed = Shed(until, exc, deadline_ms, tolerance, pinned)
                 self.shed.record(dataset.name, priority, shed)

@@ -1,0 +1,72 @@
+"""The event loop's lag: how late its ticks run, read as admission counts it, on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gnnaas.serving.core.clock import FakeClock
+from gnnaas.serving.core.looplag import LoopLag
+
+
+def test_the_lag_read_is_the_worst_tick_of_the_last_one_to_two_windows() -> None:
+    lag = LoopLag(interval_s=0.002, window_s=0.02)
+    assert lag.behind_s(0.0) == 0.0 and lag.latest_s(0.0) == 0.0
+    lag.ran(due=1.000, now=1.008)  # 8 ms late: the window starts at 1.008
+    lag.ran(due=1.010, now=1.011)  # then 1 ms late
+    assert lag.behind_s(1.012) == pytest.approx(0.008)  # the worst of the window
+    assert lag.latest_s(1.012) == pytest.approx(0.001)  # the lag as it is
+    # The next window: the 8 ms tick still counts, as the window before.
+    lag.ran(due=1.030, now=1.030)
+    assert lag.behind_s(1.035) == pytest.approx(0.008)
+    # Two windows on, with no late tick since, it no longer does.
+    lag.ran(due=1.050, now=1.050)
+    assert lag.behind_s(1.050) == 0.0
+    assert lag.behind_s(1.2) == 0.0
+
+
+def test_a_pending_tick_counts_how_late_the_loop_is_on_it_right_now() -> None:
+    lag = LoopLag(interval_s=0.002, window_s=0.02)
+    lag._due = 2.000  # a tick scheduled for 2.000 has not run yet (as `watch` leaves it)
+    assert lag.behind_s(2.015) == pytest.approx(0.015)
+    assert lag.latest_s(2.015) == pytest.approx(0.015)
+
+
+def test_a_refusal_for_the_lag_holds_until_the_window_ends() -> None:
+    lag = LoopLag(interval_s=0.002, window_s=0.02)
+    assert lag.settles_in(0.0) == 0.0  # no lag read: nothing to wait for
+    lag.ran(due=1.000, now=1.005)  # the window runs from 1.005 to 1.025
+    assert lag.settles_in(1.010) == pytest.approx(0.015)
+    # A new window from 1.030: the 5 ms tick counts as the window before, until 1.050.
+    assert lag.settles_in(1.030) == pytest.approx(0.020)
+    assert lag.settles_in(1.075) == 0.0  # two windows on: no lag read
+
+
+async def test_the_ticks_run_while_requests_arrive_and_stop_when_idle() -> None:
+    clock = FakeClock()
+    observed: list[float] = []
+    ticked = asyncio.Event()
+
+    def observe(seconds: float) -> None:
+        observed.append(seconds)
+        ticked.set()
+
+    lag = LoopLag(interval_s=0.002, window_s=0.02, idle_s=1.0, observe=observe)
+    watch = asyncio.create_task(lag.watch(clock))
+    try:
+        lag.arrived(clock.now())
+        await clock.waiting(1)  # a tick is due at 0.002
+        clock.advance(0.005)  # ... and runs at 0.005: 3 ms late
+        await ticked.wait()
+        assert observed == [pytest.approx(0.003)]
+        assert lag.latest_s(clock.now()) == pytest.approx(0.003)
+        assert clock.pending == 1  # the next tick is scheduled: a request arrived 5 ms ago
+        ticked.clear()
+        clock.advance(1.0)  # no request for a second: the ticks stop after this one
+        await ticked.wait()
+        assert clock.pending == 0
+        lag.arrived(clock.now())  # ... and start again with the next request
+        await clock.waiting(1)
+    finally:
+        watch.cancel()
