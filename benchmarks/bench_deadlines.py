@@ -325,6 +325,21 @@ def _size_text(results: dict[str, Any]) -> str:
 
 def render(results: dict[str, Any]) -> str:
     """The page of a run: the sustained rate, then per run and stream what each got."""
+    lines = _intro(results)
+    if results.get("busy_note"):
+        lines += [results["busy_note"], ""]
+    lines += _client_note(results)
+    lines += _table(results)
+    lines += _goals(results)
+    if results.get("admission_metrics"):
+        lines += ["", "Server counters at the end (`gnnaas_admission_total`):", "", "```"]
+        lines += results["admission_metrics"]
+        lines += ["```"]
+    return "\n".join(lines) + "\n"
+
+
+def _intro(results: dict[str, Any]) -> list[str]:
+    """The page's title and what was run: machine, command, sustained and offered rates."""
     m = results["machine"]
     d = results["deadline_ms"]
     lines = [
@@ -364,8 +379,13 @@ def render(results: dict[str, Any]) -> str:
         "sockets and the event loop before the app).",
         "",
     ]
-    if results.get("busy_note"):
-        lines += [results["busy_note"], ""]
+    return lines
+
+
+def _client_note(results: dict[str, Any]) -> list[str]:
+    """A warning when the load generator did not send on time, else nothing."""
+    d = results["deadline_ms"]
+    lines: list[str] = []
     lagging = [
         (row, max(s["lag_p99_ms"] for s in row["streams"].values()))
         for row in results["runs"]
@@ -390,6 +410,13 @@ def render(results: dict[str, Any]) -> str:
             "processes, `--client-processes`, on spare cores can).",
             "",
         ]
+    return lines
+
+
+def _table(results: dict[str, Any]) -> list[str]:
+    """Per run and stream: what the requests got."""
+    d = results["deadline_ms"]
+    lines: list[str] = []
     lines += [
         "| repeat | headers | priority | sent | 200 within "
         f"{d:g} ms | 200 late | 503 shed | 504 expired | other | 200 p50 / p99 / max ms "
@@ -407,6 +434,13 @@ def render(results: dict[str, Any]) -> str:
                 f"{_ms(s.get('outside_p50_ms'))} / {_ms(s.get('outside_p99_ms'))} | "
                 f"{_ms(s['lag_p99_ms'])} |"
             )
+    return lines
+
+
+def _goals(results: dict[str, Any]) -> list[str]:
+    """Per run with headers: each goal of the issue, measured."""
+    d = results["deadline_ms"]
+    lines: list[str] = []
     lines += ["", "## The goals, per run with headers", ""]
     for row in results["runs"]:
         if not row["headers"]:
@@ -433,11 +467,7 @@ def render(results: dict[str, Any]) -> str:
                 f"{lag['p50_ms']:g} ms and p99 ≤ {lag['p99_ms']:g} ms (histogram bounds)"
             )
         lines.append(line + ".")
-    if results.get("admission_metrics"):
-        lines += ["", "Server counters at the end (`gnnaas_admission_total`):", "", "```"]
-        lines += results["admission_metrics"]
-        lines += ["```"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

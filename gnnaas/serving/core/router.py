@@ -56,6 +56,7 @@ from gnnaas.policy import (
     VariantLoad,
     effective_tolerance,
 )
+from gnnaas.serving.core.batcher import Batched
 from gnnaas.serving.core.clock import MONOTONIC, Clock, FakeClock
 from gnnaas.serving.core.deadlines import admit, late_answer
 from gnnaas.serving.core.generation import (
@@ -535,15 +536,7 @@ class Router:
         num_nodes, now = len(nodes), self.clock.now()
         expires = left_ms = None
         if deadline_ms is not None:
-            expires = (now if arrived is None else arrived) + deadline_ms / 1e3
-            if self.loop_lag is not None:
-                self.loop_lag.arrived(now)
-                # Unseen by the app: the request waited about the loop's lag before the app
-                # read it, and its answer waits about as long again before it is written.
-                # High requests count the lag as it is; the others its recent worst, so that
-                # they are shed first while the loop falls behind.
-                lag = self.loop_lag
-                expires -= 2 * (lag.latest_s(now) if priority == "high" else lag.behind_s(now))
+            expires = self._expires(deadline_ms, now if arrived is None else arrived, priority)
             left_ms = (expires - now) * 1e3
         selection: Selection | None
         if pinned is not None:
@@ -576,21 +569,32 @@ class Router:
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
             if exc.cause in ("queue_full", "evicted"):  # until a batch makes room
-                left_ms = lane.running_ms(self.clock.now())
-                if left_ms > 0:
-                    until = self.clock.now() + left_ms / 1e3
-                    scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
-                    shed = Shed(until, exc, None, scope, pinned)
-                    self.shed.record(dataset.name, priority, shed)
+                scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
+                self._shed_until_room(lane, exc, priority, scope, pinned)
             raise
+        return self._answered(out, variant, selection, dataset.name, priority, deadline_ms, expires)
+
+    def _answered(
+        self,
+        out: Batched[Any],
+        variant: ServingVariant,
+        selection: Selection | None,
+        dataset: str,
+        priority: str,
+        deadline_ms: float | None,
+        expires: float | None,
+    ) -> Prediction:
+        """The prediction a computed batch's ``out`` answers, counted as admitted; an answer
+        ready after the request's deadline (``expires``) is discarded instead (a late answer is
+        worth nothing)."""
         if expires is not None and deadline_ms is not None:  # set together
             over_ms = (self.clock.now() - expires) * 1e3
-            if over_ms > 0:  # a late answer is worth nothing
-                self.metrics.admitted(dataset.name, priority, "late")
+            if over_ms > 0:
+                self.metrics.admitted(dataset, priority, "late")
                 raise late_answer(
                     deadline_ms, over_ms, out.queue_s * 1e3, out.batch_size, variant.variant_id
                 )
-        self.metrics.admitted(dataset.name, priority, "admitted")
+        self.metrics.admitted(dataset, priority, "admitted")
         times = out.value.times
         return Prediction(
             variant=variant,
@@ -604,6 +608,36 @@ class Router:
             selection=selection,
             graph_version=out.value.graph_version,
         )
+
+    def _expires(self, deadline_ms: float, arrived: float, priority: str) -> float:
+        """When a request that arrived at the app at ``arrived`` with ``deadline_ms`` must have
+        its answer, on the router's clock. Unseen by the app, the request waited about the
+        event loop's lag before the app read it, and its answer waits about as long again
+        before it is written (:mod:`.looplag`): both count. A high request counts the lag as it
+        is, the others its recent worst, so that they are shed first while the loop falls
+        behind."""
+        expires = arrived + deadline_ms / 1e3
+        lag = self.loop_lag
+        if lag is None:
+            return expires
+        now = self.clock.now()
+        lag.arrived(now)
+        return expires - 2 * (lag.latest_s(now) if priority == "high" else lag.behind_s(now))
+
+    def _shed_until_room(
+        self,
+        lane: Lane,
+        exc: OverloadedError,
+        priority: str,
+        tolerance: float,
+        pinned: str | None,
+    ) -> None:
+        """Writes a refusal for a full queue or an eviction to the shed book, holding until the
+        running batch is predicted to end (a batch taken off the queue makes room)."""
+        left_ms = lane.running_ms(self.clock.now())
+        if left_ms > 0:
+            until = self.clock.now() + left_ms / 1e3
+            self.shed.record(lane.dataset.name, priority, Shed(until, exc, None, tolerance, pinned))
 
     def refusal(self, dataset: str, asked: Asked) -> OverloadedError | None:
         """The refusal admission made that still covers the request ``asked`` of ``dataset``
