@@ -16,6 +16,7 @@ from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait
 from gnnaas.serving import Router, Settings, create_app
 from gnnaas.serving.core.clock import FakeClock
 from gnnaas.serving.core.looplag import LoopLag
+from gnnaas.serving.core.shedding import Asked
 
 URL = "/v1/datasets/toy/predict"
 SETTINGS = dict(max_wait_ms=0.0, max_concurrent_batches=4, inline_max_nodes=0)
@@ -178,10 +179,10 @@ def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first() 
     with TestClient(app) as client:
         router: Router = app.state.router
         clock = router.clock
-        # The loop ran a tick 4 s late, then one on time: its worst lag of the window is 4 s,
-        # its lag as it is 0 (as the watcher reads them on a real clock).
         calls = models[pin].calls
-        router.loop_lag = lag = LoopLag()
+        # The loop ran a tick 4 s late, then one on time: its worst lag of the window (10 s
+        # long here) is 4 s, its lag as it is 0 (as the watcher reads them on a real clock).
+        router.loop_lag = lag = LoopLag(window_s=10.0)
         lag.ran(due=clock.now() - 4.0, now=clock.now())
         lag.ran(due=clock.now(), now=clock.now())
         deadline = {"X-Variant": pin, "X-Deadline-Ms": "10000"}
@@ -193,14 +194,37 @@ def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first() 
         # A high request counts the lag as it is (0): 10 s left, served.
         served = _post(client, [41], **deadline, **{"X-Priority": "high"})
         assert served.status_code == 200, served.text
-        # The refusal holds while the lag reads the same: the next normal request is refused
-        # from its headers, before its body is read (the edge's refusal, the same detail).
-        again = _post(client, [42], **deadline, **{"X-Priority": "normal"})
-        assert again.status_code == 503 and again.json() == refused.json()
         assert models[pin].calls == calls + 1  # the high request's
+        # The lag decided the refusal: it holds while the lag reads the same (until the
+        # window ends, 10 s on), not only the 1 s the prediction exceeded the time left by.
+        clock.advance(2.0)
+        normal = Asked("normal", 10000.0, 0.0, pin)
+        assert router.refusal("toy", normal) is not None
+        clock.advance(20.0)
+        assert router.refusal("toy", normal) is None
         metrics = client.get("/metrics").text
-    assert 'outcome="shed_deadline",priority="normal"} 2.0' in metrics
+    assert 'outcome="shed_deadline",priority="normal"} 1.0' in metrics
     assert 'outcome="admitted",priority="high"} 1.0' in metrics
+
+
+def test_a_high_refusal_holds_as_predicted_not_for_the_lags_window() -> None:
+    registry, _ = make_toy_registry(_scaled(1000))
+    pin = "sage-full-1x"
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
+    with TestClient(app) as client:
+        router: Router = app.state.router
+        clock = router.clock
+        # A lag of 0.1 s, counted twice against a 3.1 s deadline: 2.9 s left, 0.1 s short of
+        # the 3 s alone. A high request's lag is read again with every tick: its refusal holds
+        # the 0.1 s predicted, not for the lag's window (10 s here).
+        router.loop_lag = lag = LoopLag(window_s=10.0)
+        lag.ran(due=clock.now() - 0.1, now=clock.now())
+        headers = {"X-Variant": pin, "X-Deadline-Ms": "3100", "X-Priority": "high"}
+        assert _post(client, [40], **headers).status_code == 503
+        high = Asked("high", 3100.0, 0.0, pin)
+        assert router.refusal("toy", high) is not None
+        clock.advance(0.2)
+        assert router.refusal("toy", high) is None
 
 
 def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(

@@ -55,18 +55,27 @@ async def test_the_ticks_run_while_requests_arrive_and_stop_when_idle() -> None:
     lag = LoopLag(interval_s=0.002, window_s=0.02, idle_s=1.0, observe=observe)
     watch = asyncio.create_task(lag.watch(clock))
     try:
-        lag.arrived(clock.now())
-        await clock.waiting(1)  # a tick is due at 0.002
-        clock.advance(0.005)  # ... and runs at 0.005: 3 ms late
-        await ticked.wait()
-        assert observed == [pytest.approx(0.003)]
-        assert lag.latest_s(clock.now()) == pytest.approx(0.003)
-        assert clock.pending == 1  # the next tick is scheduled: a request arrived 5 ms ago
-        ticked.clear()
-        clock.advance(1.0)  # no request for a second: the ticks stop after this one
-        await ticked.wait()
-        assert clock.pending == 0
-        lag.arrived(clock.now())  # ... and start again with the next request
-        await clock.waiting(1)
+        async with asyncio.timeout(10):  # a broken watcher fails the test, not hangs it
+            await _ticks(lag, clock, ticked, observed)
     finally:
         watch.cancel()
+
+
+async def _ticks(
+    lag: LoopLag, clock: FakeClock, ticked: asyncio.Event, observed: list[float]
+) -> None:
+    """A request arrives, a tick runs late, the ticks stop when idle and start again."""
+    lag.arrived(clock.now())
+    await clock.waiting(1)  # a tick is due at 0.002
+    clock.advance(0.005)  # ... and runs at 0.005: 3 ms late
+    await ticked.wait()
+    assert observed == [pytest.approx(0.003)]
+    assert lag.latest_s(clock.now()) == pytest.approx(0.003)
+    assert clock.pending == 1  # the next tick is scheduled: a request arrived 5 ms ago
+    ticked.clear()
+    clock.advance(1.0)  # no request for a second: the ticks stop after this one
+    await ticked.wait()
+    assert clock.pending == 0
+    lag.arrived(clock.now())  # ... and start again with the next request
+    await clock.waiting(1)
+    assert lag.behind_s(clock.now()) == lag.latest_s(clock.now()) == 0.0  # pause forgotten

@@ -9,12 +9,15 @@ requests late (``benchmarks/results/deadlines-1node-pinned.md``).
 
 :class:`LoopLag` measures it the way the loop itself experiences it: a tick is scheduled every
 :attr:`~LoopLag.interval_s` on the loop's timer, and how late it runs is the loop's lag then.
-Admission (:func:`~gnnaas.serving.core.deadlines.admit`) counts the lag as waiting: the
-deadline is counted from when the request is estimated to have reached the server (its arrival
-at the app less the lag), and its answer is predicted to wait the lag again before it is
-written. So while the loop falls behind, normal and low requests, whose share of their slack
-the lag soon takes, are refused, and the refusal, applied by the protocol layer to those that
-follow, is the cheapest answer the server has (``benchmarks/results/shed-cost.md``).
+The router counts the lag against every deadline (``Router._expires``), before admission
+(:func:`~gnnaas.serving.core.deadlines.admit`) and the batches read it: the deadline is counted
+from when the request is estimated to have reached the server (its arrival at the app less the
+lag), and its answer is predicted to wait the lag again before it is written. A high request
+counts the lag as it is (:meth:`LoopLag.latest_s`), the others its recent worst
+(:meth:`LoopLag.behind_s`): while the loop falls behind, normal and low requests, whose share of
+their slack the lag soon takes, are refused first, and the refusal, applied by the protocol
+layer to those that follow, is the cheapest answer the server has
+(``benchmarks/results/shed-cost.md``).
 
 The ticks run only while requests arrive (an idle server is not woken every few
 milliseconds); :meth:`LoopLag.watch` runs them on the router's clock, so a test drives them
@@ -40,7 +43,8 @@ __all__ = ["LoopLag"]
 
 
 class LoopLag:
-    """The event loop's lag: the largest delay of its ticks over the last one to two windows.
+    """The event loop's lag: the largest delay of its ticks in the current window and the one
+    before (a window starts at the first tick or reading after the last one ended).
 
     Args:
         interval_s (float, optional): the time between ticks while requests arrive.
@@ -123,11 +127,19 @@ class LoopLag:
         """Ticks on the running event loop, timed on ``clock``, while requests arrive (see
         :meth:`arrived`); runs until cancelled."""
         self._wake = asyncio.Event()
-        while True:
-            if clock.now() - self._last_request >= self.idle_s:
-                self._wake.clear()
-                await self._wake.wait()
-            due = self._due = clock.now() + self.interval_s
-            await clock.sleep_until(due)
-            self._due = None
-            self.ran(due, clock.now())
+        try:
+            while True:
+                if clock.now() - self._last_request >= self.idle_s:
+                    self._forget()  # what it read is over by the time requests come back
+                    self._wake.clear()
+                    await self._wake.wait()
+                due = self._due = clock.now() + self.interval_s
+                await clock.sleep_until(due)
+                self._due = None
+                self.ran(due, clock.now())
+        finally:
+            self._due = None  # a tick that will never run is not a lag
+
+    def _forget(self) -> None:
+        """Drops every reading (the ticks stop: no lag is measured until they start again)."""
+        self._current = self._previous = self._latest = 0.0

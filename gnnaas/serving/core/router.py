@@ -207,6 +207,9 @@ class Router:
         self.stopping = True
         if self._watching is not None:
             self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
+            self._watching = None
         timeout = self.settings.shutdown_timeout_s
         await asyncio.gather(
             *(lane.batcher.stop(timeout) for lane in self._gen.lanes.values()),
@@ -678,9 +681,11 @@ class Router:
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
             hold_s = exc.hold_s
-            if hold_s > 0 and self.loop_lag is not None:
-                # The lag counted against the deadline reads the same until its window ends.
-                hold_s = max(hold_s, self.loop_lag.settles_in(self.clock.now()))
+            lag, now = self.loop_lag, self.clock.now()
+            if lag is not None and priority != "high" and 0 < hold_s <= 2 * lag.behind_s(now):
+                # The loop's recent worst lag, counted twice against the deadline, decided the
+                # refusal, and it reads the same until its window ends.
+                hold_s = max(hold_s, lag.settles_in(now))
             if hold_s > 0:
                 until = self.clock.now() + hold_s
                 pinned = variant.variant_id if selection is None else None
