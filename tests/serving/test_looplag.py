@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gnnaas.serving.core.clock import FakeClock
-from gnnaas.serving.core.looplag import LoopLag
+from gnnaas.serving.core.looplag import TYPICAL_WEIGHT, LoopLag
 
 
 def test_the_lag_read_is_the_worst_tick_of_the_last_one_to_two_windows() -> None:
@@ -24,6 +24,16 @@ def test_the_lag_read_is_the_worst_tick_of_the_last_one_to_two_windows() -> None
     lag.ran(due=1.050, now=1.050)
     assert lag.behind_s(1.050) == 0.0
     assert lag.behind_s(1.2) == 0.0
+
+
+def test_the_typical_lag_is_a_moving_average_of_the_ticks() -> None:
+    lag = LoopLag(interval_s=0.002, window_s=0.02)
+    lag.ran(due=1.000, now=1.010)  # one spike of 10 ms moves it by a twentieth
+    assert lag.typical_s() == pytest.approx(TYPICAL_WEIGHT * 0.010)
+    for k in range(200):  # then ticks on time bring it back to nothing
+        lag.ran(due=1.1 + k * 0.002, now=1.1 + k * 0.002)
+    assert lag.typical_s() < 1e-6
+    assert lag.latest_s(1.6) == 0.0
 
 
 def test_a_pending_tick_counts_how_late_the_loop_is_on_it_right_now() -> None:

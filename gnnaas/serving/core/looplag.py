@@ -13,10 +13,12 @@ The router counts the lag against every deadline (``Router._expires``), before a
 (:func:`~gnnaas.serving.core.deadlines.admit`) and the batches read it: the deadline is counted
 from when the request is estimated to have reached the server (its arrival at the app less the
 lag), and its answer is predicted to wait the lag again before it is written. A high request
-counts the lag as it is (:meth:`LoopLag.latest_s`), the others its recent worst
-(:meth:`LoopLag.behind_s`): while the loop falls behind, normal and low requests, whose share of
-their slack the lag soon takes, are refused first, and the refusal, applied by the protocol
-layer to those that follow, is the cheapest answer the server has
+counts the lag it met (:meth:`LoopLag.latest_s`) and the typical lag for its answer
+(:meth:`LoopLag.typical_s`: a spike of the loop is over by the time the request is read), the
+others the recent worst (:meth:`LoopLag.behind_s`) for both: while the loop falls behind,
+normal and low requests, whose share of their slack the lag soon takes, are refused first, and
+the refusal, applied by the protocol layer to those that follow, is the cheapest answer the
+server has
 (``benchmarks/results/shed-cost.md``).
 
 The ticks run only while requests arrive (an idle server is not woken every few
@@ -39,7 +41,10 @@ from collections.abc import Callable
 
 from gnnaas.serving.core.clock import Clock
 
-__all__ = ["LoopLag"]
+__all__ = ["TYPICAL_WEIGHT", "LoopLag"]
+
+TYPICAL_WEIGHT = 0.05
+"""The weight of each tick in the typical lag's moving average (:meth:`LoopLag.typical_s`)."""
 
 
 class LoopLag:
@@ -72,6 +77,7 @@ class LoopLag:
         self._current = 0.0  # the largest lag in it
         self._previous = 0.0  # ... and in the window before it
         self._latest = 0.0  # the latest tick's
+        self._typical = 0.0  # a moving average of the ticks' (TYPICAL_WEIGHT each)
         self._due: float | None = None  # the pending tick's time, while one is scheduled
         self._last_request = -float("inf")
         self._wake: asyncio.Event | None = None
@@ -85,6 +91,7 @@ class LoopLag:
         self._roll(now)
         self._current = max(self._current, lag)
         self._latest = lag
+        self._typical += TYPICAL_WEIGHT * (lag - self._typical)
         if self._observe is not None:
             self._observe(lag)
 
@@ -101,6 +108,11 @@ class LoopLag:
         far when that is larger: the lag as it is, where :meth:`behind_s` is its recent worst."""
         pending = 0.0 if self._due is None else now - self._due
         return max(self._latest, pending)
+
+    def typical_s(self) -> float:
+        """The loop's typical lag: a moving average of its ticks' (the last few dozen weigh
+        most), what a request yet to be answered can expect to wait again."""
+        return self._typical
 
     def settles_in(self, now: float) -> float:
         """Seconds from ``now`` until the reading of :meth:`behind_s` may fall: the end of the
@@ -142,4 +154,4 @@ class LoopLag:
 
     def _forget(self) -> None:
         """Drops every reading (the ticks stop: no lag is measured until they start again)."""
-        self._current = self._previous = self._latest = 0.0
+        self._current = self._previous = self._latest = self._typical = 0.0

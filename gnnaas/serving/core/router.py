@@ -616,16 +616,18 @@ class Router:
         """When a request that arrived at the app at ``arrived`` with ``deadline_ms`` must have
         its answer, on the router's clock. Unseen by the app, the request waited about the
         event loop's lag before the app read it, and its answer waits about as long again
-        before it is written (:mod:`.looplag`): both count. A high request counts the lag as it
-        is, the others its recent worst, so that they are shed first while the loop falls
-        behind."""
+        before it is written (:mod:`.looplag`): both count. A high request counts the lag it met
+        and the typical lag for its answer, the others the recent worst for both, so that they
+        are shed first while the loop falls behind."""
         expires = arrived + deadline_ms / 1e3
         lag = self.loop_lag
         if lag is None:
             return expires
         now = self.clock.now()
         lag.arrived(now)
-        return expires - 2 * (lag.latest_s(now) if priority == "high" else lag.behind_s(now))
+        if priority == "high":
+            return expires - lag.latest_s(now) - lag.typical_s()
+        return expires - 2 * lag.behind_s(now)
 
     def _shed_until_room(
         self,
