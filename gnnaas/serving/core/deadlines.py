@@ -83,6 +83,7 @@ def admit(
     max_batch_nodes: int,
     retry_after_s: float,
     fastest_alone: Callable[[], tuple[str, float]],
+    lag_ms: float = 0.0,
 ) -> None:
     """Refuses a request that ``variant`` (the router's choice for it, or the pinned one when
     ``selection`` is ``None``) is not predicted to answer within its ``left_ms``, or with which a
@@ -96,7 +97,8 @@ def admit(
     (:meth:`~gnnaas.serving.core.slowdown.Slowdown.at`); ``fastest_alone``
     gives, read only when the deadline is not predicted to be met, the variant with the smallest
     profiled time for the request alone among those it admits (the pinned one when pinned), and
-    that time in ms.
+    that time in ms; ``lag_ms`` is the event loop's lag already taken off ``left_ms``
+    (:mod:`~gnnaas.serving.core.looplag`), named in the refusals.
 
     Raises:
         UnmeetableDeadline: even that time alone exceeds ``deadline_ms``: no load lets it be met.
@@ -122,7 +124,8 @@ def admit(
             raise _never_met(deadline_ms, num_nodes, fastest, alone_ms, pinned=selection is None)
         raise OverloadedError(
             f"X-Deadline-Ms {deadline_ms:g}: no admissible variant is predicted to answer "
-            f"within the {max(left_ms, 0.0):.1f} ms left (best prediction: {predicted:.1f} ms "
+            f"within the {max(left_ms, 0.0):.1f} ms left{_lag_words(lag_ms)} (best prediction: "
+            f"{predicted:.1f} ms "
             f"({variant.variant_id})); retry later, with a longer deadline or a larger "
             "X-Accuracy-Tolerance",
             retry_after_s,
@@ -137,13 +140,19 @@ def admit(
         return
     raise OverloadedError(
         f"X-Deadline-Ms {deadline_ms:g}: a {priority}-priority request may wait {share:.0%} of "
-        f"its slack (the {max(left_ms, 0.0):.1f} ms left minus its own {own_ms:.1f} ms on "
+        f"its slack (the {max(left_ms, 0.0):.1f} ms left{_lag_words(lag_ms)} minus its own "
+        f"{own_ms:.1f} ms on "
         f"{variant.variant_id}), and it is predicted to wait {wait_ms:.1f} ms; the rest is kept "
         "for higher priorities; retry later, or with a higher X-Priority or a longer deadline",
         retry_after_s,
         cause="deadline",
         hold_s=(wait_ms - max(allowed_ms, 0.0)) / 1e3,  # until the wait has shrunk to the share
     )
+
+
+def _lag_words(lag_ms: float) -> str:
+    """How much of the event loop's lag a refusal's time left already counts ("" for none)."""
+    return f" after {lag_ms:.1f} ms of the event loop's lag" if lag_ms >= 0.05 else ""
 
 
 def _never_met(

@@ -549,9 +549,10 @@ class Router:
             variant, selection, load = self._decide(
                 dataset, num_nodes, tolerance, slo_ms, nodes, left_ms, priority, now
             )
-        if left_ms is not None and deadline_ms is not None:
+        if expires is not None and left_ms is not None and deadline_ms is not None:
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
-            self._admit(load, variant, selection, deadline_ms, left_ms, scope)
+            lag_ms = ((now if arrived is None else arrived) + deadline_ms / 1e3 - expires) * 1e3
+            self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
         lane = self._gen.lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
             # `dataset` is from a registry a reload has replaced: its caller awaited something
@@ -660,10 +661,11 @@ class Router:
         deadline_ms: float,
         left_ms: float,
         tolerance: float,
+        lag_ms: float,
     ) -> None:
         """The deadline admission of a request (:func:`.deadlines.admit`) under its effective
         ``tolerance``, counted when shed; it reads the load its decision read (measured then, or
-        now if it was not)."""
+        now if it was not). ``lag_ms``: the event loop's lag ``left_ms`` already counts."""
         dataset, priority, num_nodes = load.dataset, load.priority, load.num_nodes
         size = min(num_nodes, self.settings.max_batch_nodes)
         try:
@@ -679,6 +681,7 @@ class Router:
                 max_batch_nodes=self.settings.max_batch_nodes,
                 retry_after_s=self.settings.retry_after_s,
                 fastest_alone=lambda: self._fastest_alone(dataset, variant, selection, num_nodes),
+                lag_ms=lag_ms,
             )
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
