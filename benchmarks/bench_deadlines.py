@@ -470,7 +470,8 @@ def _goals(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of this benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="synth-flickr@0.2")
     parser.add_argument("--workdir", default=".cache/bench", help="(default: .cache/bench)")
@@ -539,6 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "`--priorities high` offers the high stream alone: what no shedding can improve on)",
     )
     parser.add_argument("--render", metavar="JSON", help="only rewrite the page from a JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else None
     args.streams = [s for s in STREAMS if s[0] in args.priorities]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -171,61 +172,74 @@ def test_a_high_request_is_judged_as_leading_its_own_batch_not_as_the_streams_ne
     assert 'outcome="shed_deadline",priority="high"' not in metrics
 
 
-def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first() -> None:
-    # Curves 1,000 times the toy's: one node 3 s on sage-full-1x; a 10 s deadline.
+class Lagging(NamedTuple):
+    client: TestClient
+    router: Router
+    models: dict[str, FakeModel]
+    lag: LoopLag
+    clock: FakeClock
+
+
+@pytest.fixture
+def lagging() -> Iterator[Lagging]:
+    """The toy app on a fake clock with curves 1,000 times the toy's (one node 3 s on
+    sage-full-1x), its router measuring the loop's lag in windows of 10 s (fed by the test,
+    as the watcher reads them on a real clock)."""
     registry, models = make_toy_registry(_scaled(1000))
-    pin = "sage-full-1x"
-    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
+    clock = FakeClock()
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=clock)
     with TestClient(app) as client:
         router: Router = app.state.router
-        clock = router.clock
-        calls = models[pin].calls
-        # The loop ran a tick 4 s late, then one on time: its worst lag of the window (10 s
-        # long here) is 4 s, its lag as it is 0 (as the watcher reads them on a real clock).
         router.loop_lag = lag = LoopLag(window_s=10.0)
-        lag.ran(due=clock.now() - 4.0, now=clock.now())
-        lag.ran(due=clock.now(), now=clock.now())
-        deadline = {"X-Variant": pin, "X-Deadline-Ms": "10000"}
-        # A normal request counts the worst lag twice (before the app read it, before its
-        # answer is written): 2 s left, under its own 3 s.
-        refused = _post(client, [40], **deadline, **{"X-Priority": "normal"})
-        assert refused.status_code == 503, refused.text
-        detail = refused.json()["detail"]
-        assert "within the 2000.0 ms left after 8000.0 ms of the event loop's lag" in detail
-        # A high request counts the lag as it is (0): 10 s left, served.
-        served = _post(client, [41], **deadline, **{"X-Priority": "high"})
-        assert served.status_code == 200, served.text
-        assert models[pin].calls == calls + 1  # the high request's
-        # The lag decided the refusal: it holds while the lag reads the same (until the
-        # window ends, 10 s on), not only the 1 s the prediction exceeded the time left by.
-        clock.advance(2.0)
-        normal = Asked("normal", 10000.0, 0.0, pin)
-        assert router.refusal("toy", normal) is not None
-        clock.advance(20.0)
-        assert router.refusal("toy", normal) is None
-        metrics = client.get("/metrics").text
+        yield Lagging(client, router, models, lag, clock)
+
+
+def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first(
+    lagging: Lagging,
+) -> None:
+    client, router, models, lag, clock = lagging
+    pin = "sage-full-1x"
+    calls = models[pin].calls
+    # The loop ran a tick 4 s late, then one on time: its worst lag of the window is 4 s, its
+    # latest 0, its typical lag 0.19 s (a moving average).
+    lag.ran(due=clock.now() - 4.0, now=clock.now())
+    lag.ran(due=clock.now(), now=clock.now())
+    deadline = {"X-Variant": pin, "X-Deadline-Ms": "10000"}
+    # A normal request counts the worst lag twice (before the app read it, before its answer
+    # is written): 2 s left, under its own 3 s.
+    refused = _post(client, [40], **deadline, **{"X-Priority": "normal"})
+    assert refused.status_code == 503, refused.text
+    detail = refused.json()["detail"]
+    assert "within the 2000.0 ms left after 8000.0 ms of the event loop's lag" in detail
+    # A high request counts the lag it met (0) and the typical lag: 9.8 s left, served.
+    served = _post(client, [41], **deadline, **{"X-Priority": "high"})
+    assert served.status_code == 200, served.text
+    assert models[pin].calls == calls + 1  # the high request's
+    # The lag decided the refusal: it holds while the lag reads the same (until the window
+    # ends, 10 s on), not only the 1 s the prediction exceeded the time left by.
+    clock.advance(2.0)
+    normal = Asked("normal", 10000.0, 0.0, pin)
+    assert router.refusal("toy", normal) is not None
+    clock.advance(20.0)
+    assert router.refusal("toy", normal) is None
+    metrics = client.get("/metrics").text
     assert 'outcome="shed_deadline",priority="normal"} 1.0' in metrics
     assert 'outcome="admitted",priority="high"} 1.0' in metrics
 
 
-def test_a_high_refusal_holds_as_predicted_not_for_the_lags_window() -> None:
-    registry, _ = make_toy_registry(_scaled(1000))
+def test_a_high_refusal_holds_as_predicted_not_for_the_lags_window(lagging: Lagging) -> None:
+    client, router, _, lag, clock = lagging
     pin = "sage-full-1x"
-    app = create_app(Settings(**SETTINGS), registry=registry, clock=FakeClock())
-    with TestClient(app) as client:
-        router: Router = app.state.router
-        clock = router.clock
-        # A lag of 0.1 s, counted twice against a 3.1 s deadline: 2.9 s left, 0.1 s short of
-        # the 3 s alone. A high request's lag is read again with every tick: its refusal holds
-        # the 0.1 s predicted, not for the lag's window (10 s here).
-        router.loop_lag = lag = LoopLag(window_s=10.0)
-        lag.ran(due=clock.now() - 0.1, now=clock.now())
-        headers = {"X-Variant": pin, "X-Deadline-Ms": "3100", "X-Priority": "high"}
-        assert _post(client, [40], **headers).status_code == 503
-        high = Asked("high", 3100.0, 0.0, pin)
-        assert router.refusal("toy", high) is not None
-        clock.advance(0.2)
-        assert router.refusal("toy", high) is None
+    # A high request met a lag of 0.1 s (and counts a typical 5 ms for its answer) against a
+    # 3.1 s deadline: 2.995 s left, short of the 3 s alone. Its lag is read again with every
+    # tick: its refusal holds as predicted, not for the lag's window (10 s).
+    lag.ran(due=clock.now() - 0.1, now=clock.now())
+    headers = {"X-Variant": pin, "X-Deadline-Ms": "3100", "X-Priority": "high"}
+    assert _post(client, [40], **headers).status_code == 503
+    high = Asked("high", 3100.0, 0.0, pin)
+    assert router.refusal("toy", high) is not None
+    clock.advance(0.2)
+    assert router.refusal("toy", high) is None
 
 
 def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(
