@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -226,9 +226,19 @@ def import_graph(
 
     read = _read_pyg_graph if "pyg" in files else _read_graph_files
     graph = read(files, multi_label=multi_label, undirected=undirected, say=say)
+    say(f"writing the store into {root}")
+    result = _stored(name, graph, root, multi_label=multi_label, force=force)
+    return replace(result, import_time_s=time.perf_counter() - start)
+
+
+def _stored(
+    name: str, graph: _Graph, root: Path, *, multi_label: bool, force: bool
+) -> ImportResult:
+    """Splits the checked ``graph`` (its own split, or the default one when it gives none or
+    too small a training set) and writes it as dataset ``name`` under ``root``; what was stored
+    (``import_time_s`` left at 0)."""
     x, y, own, rowptr, col = graph.x, graph.y, graph.own, graph.rowptr, graph.col
     n = x.shape[0]
-
     y_t = _tensor(y)
     own_t = None if own is None else tuple(_tensor(ids.astype(np.int64)) for ids in own)
     train, val, test = choose_split(y_t, own_t, seed=0)  # type: ignore[arg-type]
@@ -246,7 +256,6 @@ def import_graph(
         "own_val": empty.clone() if own_t is None else own_t[1],
         "own_test": empty.clone() if own_t is None else own_t[2],
     }
-    say(f"writing the store into {root}")
     path = write_imported(
         name,
         tensors,
@@ -267,7 +276,7 @@ def import_graph(
         split="given" if own is not None and not replaced else "default",
         split_sizes=(int(train.numel()), int(val.numel()), int(test.numel())),
         split_replaced=replaced,
-        import_time_s=time.perf_counter() - start,
+        import_time_s=0.0,
     )
 
 

@@ -30,7 +30,7 @@ from gnnaas.policy import TIE_MARGIN
 from gnnaas.typing import PathType
 
 if TYPE_CHECKING:
-    from gnnaas.policy import Candidate
+    from gnnaas.policy import Candidate, Selection
 
 __all__ = [
     "REQUEST_SIZES",
@@ -248,34 +248,49 @@ def tolerance_table(
             chosen = router.decide(request, idle, now=0.0)
             fastest = fastest_first.decide(request, idle, now=0.0)
             pick = by_id[chosen.variant_id]
-            base_ms = base.service.predict_batched(int(n))
-            pick_ms = pick.service.predict_batched(int(n))  # idle: as profiled
-            loss_lo = loss_hi = math.nan
-            if paired and pick.paired is not None:
-                loss_lo, loss_hi = -pick.paired.hi, -pick.paired.lo
-            row: dict[str, Any] = {
-                "tolerance": float(tol),
-                "num_nodes": int(n),
-                "baseline": base.variant_id,
-                "baseline_accuracy": base.accuracy,
-                "baseline_ms": base_ms,
-                "variant": pick.variant_id,
-                "accuracy": pick.accuracy,
-                "predicted_ms": pick_ms,
-                "relative_time": pick_ms / base_ms if base_ms > 0 else math.nan,
-                "fastest": fastest.variant_id,
-                "admissible": len(chosen.considered),
-                "rule": "paired interval" if paired else "point estimate",
-                "val_loss": base.accuracy - pick.accuracy,
-                "val_loss_lo": loss_lo,
-                "val_loss_hi": loss_hi,
-            }
+            row = _pick_row(float(tol), int(n), base, pick, chosen, fastest, paired=paired)
             if test is not None:
                 row.update(
                     _test_losses(test, test_acc, test_best, base.variant_id, pick.variant_id)
                 )
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _pick_row(
+    tol: float,
+    n: int,
+    base: Candidate,
+    pick: Candidate,
+    chosen: Selection,
+    fastest: Selection,
+    *,
+    paired: bool,
+) -> dict[str, Any]:
+    """One row of :func:`tolerance_table`, without the test columns: the baseline and the pick
+    at tolerance ``tol`` and ``n`` nodes, idle (their times as profiled)."""
+    base_ms = base.service.predict_batched(n)
+    pick_ms = pick.service.predict_batched(n)
+    loss_lo = loss_hi = math.nan
+    if paired and pick.paired is not None:
+        loss_lo, loss_hi = -pick.paired.hi, -pick.paired.lo
+    return {
+        "tolerance": tol,
+        "num_nodes": n,
+        "baseline": base.variant_id,
+        "baseline_accuracy": base.accuracy,
+        "baseline_ms": base_ms,
+        "variant": pick.variant_id,
+        "accuracy": pick.accuracy,
+        "predicted_ms": pick_ms,
+        "relative_time": pick_ms / base_ms if base_ms > 0 else math.nan,
+        "fastest": fastest.variant_id,
+        "admissible": len(chosen.considered),
+        "rule": "paired interval" if paired else "point estimate",
+        "val_loss": base.accuracy - pick.accuracy,
+        "val_loss_lo": loss_lo,
+        "val_loss_hi": loss_hi,
+    }
 
 
 def _test_accuracies(test: pd.DataFrame | None) -> tuple[pd.Series | None, str | None]:

@@ -327,8 +327,24 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
         f"{_fmt(base.baseline_accuracy)} %, {at}; test best: {_text(test_best)}{note}.",
         "",
     ]
+    lines += _pick_table(table)
+    passed = table[table["variant"] != table["fastest"]]
+    if not passed.empty:
+        lines += ["", "Where the tie margin chose a more accurate variant than the fastest:", ""]
+        lines += [
+            f"- N = {r.tolerance:g}, {_nodes(int(r.num_nodes))}: {r.variant} "
+            f"({_fmt(r.accuracy)} %) instead of {r.fastest}, predicted within "
+            f"{100 * tie_margin:g} % of it."
+            for r in passed.itertuples()
+        ]
+    lines += ["", "![latency under tolerance](tolerance.png)", ""]
+    return lines
+
+
+def _pick_table(table: pd.DataFrame) -> list[str]:
+    """The picks of :func:`_tolerance_section` as a table, one row per tolerance and size."""
     nan = math.nan
-    lines += _md_table(
+    return _md_table(
         [
             "N (points)",
             "nodes",
@@ -361,17 +377,6 @@ def _tolerance_section(table: pd.DataFrame, tie_margin: float) -> list[str]:
             for r in table.itertuples()
         ],
     )
-    passed = table[table["variant"] != table["fastest"]]
-    if not passed.empty:
-        lines += ["", "Where the tie margin chose a more accurate variant than the fastest:", ""]
-        lines += [
-            f"- N = {r.tolerance:g}, {_nodes(int(r.num_nodes))}: {r.variant} "
-            f"({_fmt(r.accuracy)} %) instead of {r.fastest}, predicted within "
-            f"{100 * tie_margin:g} % of it."
-            for r in passed.itertuples()
-        ]
-    lines += ["", "![latency under tolerance](tolerance.png)", ""]
-    return lines
 
 
 def _kept(loss: float, tolerance: float) -> str:

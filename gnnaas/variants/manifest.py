@@ -315,52 +315,63 @@ class Manifest:
             )
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
-        if manifest.format != MANIFEST_FORMAT:
+        manifest._check(source)
+        return manifest
+
+    def _check(self, source: str) -> None:
+        """Checks that the parsed fields agree with each other: the format this gnnaas reads,
+        a known family and origin, the axes against the served fanouts and width, int8 ranges
+        exactly for int8, the kept features against the model's input, and the id against
+        the spec it names.
+
+        Raises:
+            ArtifactError: they do not (``source`` names the manifest).
+        """
+        if self.format != MANIFEST_FORMAT:
             raise ArtifactError(
-                f"{source} has format {manifest.format}, this gnnaas reads format "
+                f"{source} has format {self.format}, this gnnaas reads format "
                 f"{MANIFEST_FORMAT}; regenerate the variant"
             )
         from gnnaas.models.base import FAMILIES
 
-        if manifest.family not in FAMILIES or manifest.origin not in _ORIGINS:
+        if self.family not in FAMILIES or self.origin not in _ORIGINS:
             raise ArtifactError(
-                f"{source} has family={manifest.family!r}, origin={manifest.origin!r}; "
+                f"{source} has family={self.family!r}, origin={self.origin!r}; "
                 f"expected one of {FAMILIES} and one of {_ORIGINS}"
             )
-        axes = manifest.axes
-        if axes["fanouts"] is not None and list(axes["fanouts"]) != manifest.fanouts:
+        axes = self.axes
+        if axes["fanouts"] is not None and list(axes["fanouts"]) != self.fanouts:
             raise ArtifactError(
-                f"{source} serves fanouts {manifest.fanouts} but names the axis "
+                f"{source} serves fanouts {self.fanouts} but names the axis "
                 f"fanouts={axes['fanouts']}; regenerate the variant"
             )
-        if axes["hidden"] is not None and axes["hidden"] != manifest.hidden_channels:
+        if axes["hidden"] is not None and axes["hidden"] != self.hidden_channels:
             raise ArtifactError(
-                f"{source} has hidden_channels={manifest.hidden_channels} but names the axis "
+                f"{source} has hidden_channels={self.hidden_channels} but names the axis "
                 f"hidden={axes['hidden']}; regenerate the variant"
             )
-        if (manifest.precision == "int8") != (manifest.int8_ranges is not None):
+        if (self.precision == "int8") != (self.int8_ranges is not None):
             raise ArtifactError(
-                f"{source} is {manifest.precision} but "
-                f"{'has no' if manifest.int8_ranges is None else 'has'} int8_ranges; "
+                f"{source} is {self.precision} but "
+                f"{'has no' if self.int8_ranges is None else 'has'} int8_ranges; "
                 "regenerate the variant"
             )
-        if len(manifest.kept_features) != manifest.in_channels:
+        if len(self.kept_features) != self.in_channels:
             raise ArtifactError(
-                f"{source} keeps {len(manifest.kept_features)} features but its model takes "
-                f"in_channels={manifest.in_channels}; regenerate the variant"
+                f"{source} keeps {len(self.kept_features)} features but its model takes "
+                f"in_channels={self.in_channels}; regenerate the variant"
             )
         try:
-            spec_id = manifest.spec.variant_id
+            spec_id = self.spec.variant_id
         except ConfigError as exc:
             raise ArtifactError(f"{source} is malformed ({exc}); regenerate the variant") from None
-        if manifest.precomputed is not None:
+        if self.precomputed is not None:
             spec_id += EXACT_SUFFIX
-        if spec_id != manifest.variant_id:
+        if spec_id != self.variant_id:
             raise ArtifactError(
-                f"{source} says variant_id={manifest.variant_id!r} but its arch/ranking/prune "
+                f"{source} says variant_id={self.variant_id!r} but its arch/ranking/prune "
                 f"make {spec_id!r}; regenerate the variant"
             )
-        return manifest
 
     def matches(self, spec: VariantSpec, config: TrainConfig, *, num_features: int) -> bool:
         """Whether this manifest is what generating ``spec`` with ``config`` would produce.

@@ -434,27 +434,7 @@ def add_user_variant(
     """
     from gnnaas.variants.training import evaluate
 
-    config = read_model_config(model_config)
-    keep = read_kept_features(kept_features, store.num_features)
-    if keep.numel() == store.num_features:
-        raise ConfigError(
-            "the variant keeps every feature: that is a master model; use "
-            "`gnnaas generate --from-model` for it"
-        )
-    state = read_state_dict(weights)
-    model = config.build()
-    check_state_dict(model, state, f"weights {str(weights)!r}")
-    if config.in_channels != keep.numel():
-        raise ConfigError(
-            f"model config {str(model_config)!r}: in_channels={config.in_channels} (and the "
-            f"weights agree), but --kept-features lists {keep.numel()} columns; the model must "
-            "read exactly the kept columns"
-        )
-    if config.out_channels != store.num_classes:
-        raise ConfigError(
-            f"model config {str(model_config)!r}: out_channels={config.out_channels} (and the "
-            f"weights agree), but dataset '{store.name}' has {store.num_classes} classes"
-        )
+    config, model, state, keep = _user_model(store, weights, model_config, kept_features)
     fanouts = _fanouts(fanouts, config.num_layers)
     prune = max(2, round(store.num_features / keep.numel()))
     spec = VariantSpec(store.name, config.arch.value, USER_RANKING, prune)
@@ -501,6 +481,41 @@ def add_user_variant(
         origin="user",
     )
     return repo.save(manifest, model.cpu())
+
+
+def _user_model(
+    store: GraphStore, weights: PathType, model_config: PathType, kept_features: PathType
+) -> tuple[MasterConfig, GNN, dict[str, Tensor], Tensor]:
+    """The user's pruned model as its files give it, checked against ``store``: its config,
+    the model built from it (weights not loaded yet), the weights, and the kept columns in the
+    file's order.
+
+    Raises:
+        ConfigError: a bad file, every feature kept, or a model whose input or output does not
+            fit the kept columns or the dataset's classes.
+    """
+    config = read_model_config(model_config)
+    keep = read_kept_features(kept_features, store.num_features)
+    if keep.numel() == store.num_features:
+        raise ConfigError(
+            "the variant keeps every feature: that is a master model; use "
+            "`gnnaas generate --from-model` for it"
+        )
+    state = read_state_dict(weights)
+    model = config.build()
+    check_state_dict(model, state, f"weights {str(weights)!r}")
+    if config.in_channels != keep.numel():
+        raise ConfigError(
+            f"model config {str(model_config)!r}: in_channels={config.in_channels} (and the "
+            f"weights agree), but --kept-features lists {keep.numel()} columns; the model must "
+            "read exactly the kept columns"
+        )
+    if config.out_channels != store.num_classes:
+        raise ConfigError(
+            f"model config {str(model_config)!r}: out_channels={config.out_channels} (and the "
+            f"weights agree), but dataset '{store.name}' has {store.num_classes} classes"
+        )
+    return config, model, state, keep
 
 
 _DEFAULT_FANOUTS = {1: (25,), 2: (25, 10), 3: (15, 10, 5)}

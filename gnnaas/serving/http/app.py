@@ -51,8 +51,8 @@ import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, cast
 
 from fastapi import FastAPI, Request
@@ -198,6 +198,38 @@ async def _publish(metrics: ServingMetrics) -> None:
         await asyncio.sleep(PUBLISH_INTERVAL_S)
 
 
+def _lifespan(
+    core: Router, reloader: Reloader, metrics: ServingMetrics, *, reload_on_sighup: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: starts the router (then freezes what it loaded out of the
+    collector's reach), the SIGHUP reload and the metrics publisher; on shutdown stops them,
+    the reloader first, then the router's drain."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await core.start()
+        # Everything loaded so far (models, registry, libraries) lives as long as the server:
+        # move it out of the collector's reach so that full collections stay short (tail latency).
+        gc.collect()
+        gc.freeze()
+        _log.info("serving %s", ", ".join(core.registry.datasets))
+        on_sighup = reload_on_sighup and _install_sighup(reloader)
+        publisher = asyncio.create_task(_publish(metrics)) if metrics.multiprocess else None
+        try:
+            yield
+        finally:
+            if on_sighup:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            gc.unfreeze()
+            await reloader.close()
+            await core.stop()
+            if publisher is not None:
+                publisher.cancel()
+                metrics.retire()
+
+    return lifespan
+
+
 def create_app(
     settings: Settings,
     registry: VariantRegistry | None = None,
@@ -249,28 +281,7 @@ def create_app(
 
     reloader = Reloader(core, loader, after_swap=_refreeze)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await core.start()
-        # Everything loaded so far (models, registry, libraries) lives as long as the server:
-        # move it out of the collector's reach so that full collections stay short (tail latency).
-        gc.collect()
-        gc.freeze()
-        _log.info("serving %s", ", ".join(core.registry.datasets))
-        on_sighup = reload_on_sighup and _install_sighup(reloader)
-        publisher = asyncio.create_task(_publish(metrics)) if metrics.multiprocess else None
-        try:
-            yield
-        finally:
-            if on_sighup:
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-            gc.unfreeze()
-            await reloader.close()
-            await core.stop()
-            if publisher is not None:
-                publisher.cancel()
-                metrics.retire()
-
+    lifespan = _lifespan(core, reloader, metrics, reload_on_sighup=reload_on_sighup)
     app = FastAPIOffline(
         title="gnnaas",
         version=gnnaas.__version__,
