@@ -283,13 +283,10 @@ def lag_quantiles(before: dict[float, float], after: dict[float, float]) -> dict
     bounds = sorted(after)
     counts = [after[b] - before.get(b, 0.0) for b in bounds]
     total = counts[-1] if counts else 0.0
-    out: dict[str, Any] = {"ticks": int(total)}
-    for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99)):
-        out[name] = next(
-            (b * 1e3 for b, c in zip(bounds, counts, strict=True) if c >= q * total), None
-        )
-        if not total:
-            out[name] = None
+    out: dict[str, Any] = {"ticks": int(total), "p50_ms": None, "p99_ms": None}
+    if total:
+        for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+            out[name] = next(b * 1e3 for b, c in zip(bounds, counts, strict=True) if c >= q * total)
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -349,3 +350,14 @@ def test_a_command_line_leaves_out_an_absolute_results_folder() -> None:
     )
     kept = ["--out", "benchmarks/results", "--workdir", ".cache/bench-drift"]
     assert line("bench_x.py", kept) == "python benchmarks/bench_x.py " + " ".join(kept)
+
+
+def test_the_loop_lag_of_a_run_is_read_off_the_histograms_buckets() -> None:
+    from bench_deadlines import lag_quantiles
+
+    # Cumulative counts by upper bound (s) before and after a run: 99 ticks in it, 48 under
+    # 1 ms, 95 under 10 ms, the rest above.
+    before = {0.001: 2.0, 0.01: 5.0, math.inf: 5.0}
+    after = {0.001: 50.0, 0.01: 100.0, math.inf: 104.0}
+    assert lag_quantiles(before, after) == {"ticks": 99, "p50_ms": 10.0, "p99_ms": math.inf}
+    assert lag_quantiles({}, {}) == {"ticks": 0, "p50_ms": None, "p99_ms": None}

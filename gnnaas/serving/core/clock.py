@@ -32,6 +32,10 @@ __all__ = ["MONOTONIC", "Clock", "FakeClock", "MonotonicClock"]
 class Clock(ABC):
     """Seconds on a monotonic scale (only differences mean anything), and timeouts on them."""
 
+    real = False
+    """Whether the clock is the machine's time, what the event loop's own timer runs on (the
+    server's clock), rather than a test's or a simulation's."""
+
     @abstractmethod
     def now(self) -> float:
         """The time now, in seconds."""
@@ -60,6 +64,8 @@ class Clock(ABC):
 
 class MonotonicClock(Clock):
     """``time.monotonic()``, with timeouts on the running event loop's timer."""
+
+    real = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

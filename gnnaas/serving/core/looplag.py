@@ -18,8 +18,7 @@ counts the lag it met (:meth:`LoopLag.latest_s`) and the typical lag for its ans
 others the recent worst (:meth:`LoopLag.behind_s`) for both: while the loop falls behind,
 normal and low requests, whose share of their slack the lag soon takes, are refused first, and
 the refusal, applied by the protocol layer to those that follow, is the cheapest answer the
-server has
-(``benchmarks/results/shed-cost.md``).
+server has (``benchmarks/results/shed-cost.md``).
 
 The ticks run only while requests arrive (an idle server is not woken every few
 milliseconds); :meth:`LoopLag.watch` runs them on the router's clock, so a test drives them
@@ -96,18 +95,21 @@ class LoopLag:
             self._observe(lag)
 
     def behind_s(self, now: float) -> float:
-        """The loop's lag at ``now``, in seconds: the largest tick delay of the last one to two
-        windows, or the pending tick's delay so far when that is larger (the loop is late on it
-        right now)."""
+        """The loop's lag at ``now``, in seconds: the largest tick delay of the current window
+        and the one before, or the pending tick's delay so far when that is larger (the loop is
+        late on it right now)."""
         self._roll(now)
-        pending = 0.0 if self._due is None else now - self._due
-        return max(self._current, self._previous, pending)
+        return max(self._current, self._previous, self._pending(now))
 
     def latest_s(self, now: float) -> float:
         """The loop's lag at ``now`` as its latest tick read it, or the pending tick's delay so
         far when that is larger: the lag as it is, where :meth:`behind_s` is its recent worst."""
-        pending = 0.0 if self._due is None else now - self._due
-        return max(self._latest, pending)
+        return max(self._latest, self._pending(now))
+
+    def _pending(self, now: float) -> float:
+        """How late the scheduled tick is at ``now`` (0 when none is scheduled or it is not
+        due yet)."""
+        return 0.0 if self._due is None else max(now - self._due, 0.0)
 
     def typical_s(self) -> float:
         """The loop's typical lag: a moving average of its ticks' (the last few dozen weigh

@@ -57,7 +57,7 @@ from gnnaas.policy import (
     effective_tolerance,
 )
 from gnnaas.serving.core.batcher import Batched
-from gnnaas.serving.core.clock import MONOTONIC, Clock, FakeClock
+from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.deadlines import admit, late_answer
 from gnnaas.serving.core.generation import (
     ExecutorFactory,
@@ -130,8 +130,9 @@ class Router:
             :data:`~gnnaas.serving.core.clock.MONOTONIC`)
         watch_loop (bool, optional): measure the event loop's lag while requests with a
             deadline arrive and count it against their deadlines (:mod:`.looplag`); ``None``:
-            on a real clock, off on a :class:`~gnnaas.serving.core.clock.FakeClock` (a test's
-            time is its own). (default: ``None``)
+            on a real clock (``clock.real``), off on a
+            :class:`~gnnaas.serving.core.clock.FakeClock` (a test's time is its own).
+            (default: ``None``)
     """
 
     def __init__(
@@ -148,7 +149,7 @@ class Router:
         self.metrics = metrics or ServingMetrics()
         self.clock = clock
         if watch_loop is None:
-            watch_loop = not isinstance(clock, FakeClock)
+            watch_loop = clock.real
         self.loop_lag = LoopLag(observe=self.metrics.loop_lag.observe) if watch_loop else None
         self._watching: asyncio.Task[None] | None = None
         self._factory = executor_factory or default_executor_factory(registry.device)
