@@ -205,12 +205,13 @@ def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first(
     lag.ran(due=clock.now() - 4.0, now=clock.now())
     lag.ran(due=clock.now(), now=clock.now())
     deadline = {"X-Variant": pin, "X-Deadline-Ms": "10000"}
-    # A normal request counts the worst lag twice (before the app read it, before its answer
-    # is written): 2 s left, under its own 3 s.
+    # A normal request counts the worst lag twice (before the app read it, and before its
+    # caller resumes with the answer), the first with a tick's interval more (it may have come
+    # up to a tick before the late one was due): 1.998 s left, under its own 3 s.
     refused = _post(client, [40], **deadline, **{"X-Priority": "normal"})
     assert refused.status_code == 503, refused.text
     detail = refused.json()["detail"]
-    assert "within the 2000.0 ms left after 8000.0 ms of the event loop's lag" in detail
+    assert "within the 1998.0 ms left after 8002.0 ms of the event loop's lag" in detail
     # A high request counts the lag it met (0) and the typical lag: 9.8 s left, served.
     served = _post(client, [41], **deadline, **{"X-Priority": "high"})
     assert served.status_code == 200, served.text
@@ -230,9 +231,10 @@ def test_the_event_loops_lag_counts_against_a_deadline_lower_priorities_first(
 def test_a_high_refusal_holds_as_predicted_not_for_the_lags_window(lagging: Lagging) -> None:
     client, router, _, lag, clock = lagging
     pin = "sage-full-1x"
-    # A high request met a lag of 0.1 s (and counts a typical 5 ms for its answer) against a
-    # 3.1 s deadline: 2.995 s left, short of the 3 s alone. Its lag is read again with every
-    # tick: its refusal holds as predicted, not for the lag's window (10 s).
+    # A high request met a lag of 0.1 s (0.102 s with a tick's interval) and counts a typical
+    # 5 ms for its answer against a 3.1 s deadline: 2.993 s left, short of the 3 s alone. Its
+    # lag is read again with every tick: its refusal holds as predicted, not for the lag's
+    # window (10 s).
     lag.ran(due=clock.now() - 0.1, now=clock.now())
     headers = {"X-Variant": pin, "X-Deadline-Ms": "3100", "X-Priority": "high"}
     assert _post(client, [40], **headers).status_code == 503
@@ -240,6 +242,74 @@ def test_a_high_refusal_holds_as_predicted_not_for_the_lags_window(lagging: Lagg
     assert router.refusal("toy", high) is not None
     clock.advance(0.2)
     assert router.refusal("toy", high) is None
+
+
+def test_a_lag_the_device_computed_through_counts_once_for_a_normal_request(
+    lagging: Lagging,
+) -> None:
+    client, router, models, lag, _ = lagging
+    pin = "sage-full-1x"
+    # A tick ran 4 s late while a batch computed for all of it: the request met the 4 s, but
+    # its answer waits no lag beyond the batches its prediction counts. 10 s - 4 s leaves 6 s
+    # for its own 3 s: served (counting the 4 s twice would leave 2 s and refuse it).
+    lag.ran(due=lagging.clock.now() - 4.0, now=lagging.clock.now(), computed_s=4.0)
+    headers = {"X-Variant": pin, "X-Deadline-Ms": "10000", "X-Priority": "normal"}
+    calls = models[pin].calls
+    served = _post(client, [40], **headers)
+    assert served.status_code == 200, served.text
+    assert models[pin].calls == calls + 1
+    # A lag beyond computing counts again: 1 s of the 4 s was not the device's.
+    lag.ran(due=lagging.clock.now() - 4.0, now=lagging.clock.now(), computed_s=3.0)
+    refused = _post(client, [41], **{**headers, "X-Deadline-Ms": "7500"})
+    assert refused.status_code == 503, refused.text
+    assert "after 5002.0 ms of the event loop's lag" in refused.json()["detail"]
+
+
+def test_a_computed_answer_is_held_to_the_deadline_less_the_lag_met_only(
+    lagging: Lagging,
+) -> None:
+    client, _, models, lag, clock = lagging
+    pin = "sage-full-1x"
+    # Latest lag 0, typical 0.19 s: a high request with 10 s is admitted and its batch fitted to
+    # 9.81 s (the loop's turn back to it still to come), but once computed it only has to be
+    # ready by 10 s: its caller has resumed, and the answer is written at once.
+    lag.ran(due=clock.now() - 4.0, now=clock.now())
+    lag.ran(due=clock.now(), now=clock.now())
+    headers = {"X-Variant": pin, "X-Deadline-Ms": "10000", "X-Priority": "high"}
+    with held(models[pin]) as gate, ThreadPoolExecutor(2) as pool:
+        answer = pool.submit(_post, client, [40], **headers)
+        assert models[pin].entered.wait(5)
+        clock.advance(9.9)  # past 9.81 s, within 10 s
+        gate.set()
+        assert answer.result().status_code == 200, answer.result().text
+        # Past the 10 s: discarded.
+        gate.clear()
+        models[pin].entered.clear()
+        late = pool.submit(_post, client, [41], **headers)
+        assert models[pin].entered.wait(5)
+        clock.advance(10.1)
+        gate.set()
+        assert late.result().status_code == 504, late.result().text
+    assert "ready 100.0 ms after the deadline" in late.result().json()["detail"]
+
+
+def test_the_routers_computing_time_is_each_batch_on_its_clock(
+    toy: tuple[TestClient, Router, dict[str, FakeModel]],
+) -> None:
+    client, core, models = toy
+    clock = core.clock
+    assert isinstance(clock, FakeClock)
+    pin = "sage-full-1x"
+    before = core.computing.total(clock.now())
+    with held(models[pin]) as gate, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(_post, client, [0], **{"X-Variant": pin})
+        assert models[pin].entered.wait(5)
+        clock.advance(0.25)  # the batch runs for 250 ms on the router's clock
+        assert core.computing.total(clock.now()) - before == pytest.approx(0.25)
+        gate.set()
+        assert running.result().status_code == 200
+    clock.advance(1.0)  # nothing runs: the computing time stays
+    assert core.computing.total(clock.now()) - before == pytest.approx(0.25)
 
 
 def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_runs(

@@ -61,6 +61,7 @@ from typing import Generic, TypeVar
 
 from gnnaas.errors import DeadlineExceeded, OverloadedError
 from gnnaas.serving.core.clock import MONOTONIC, Clock
+from gnnaas.serving.core.looplag import ComputeTime
 from gnnaas.serving.core.planner import BatchPlanner
 from gnnaas.serving.core.queues import AGING_S, PRIORITIES, QUEUE_SHARES, RANK
 
@@ -165,6 +166,9 @@ class Batcher(Generic[T, R]):
             :attr:`busy` changes, with its new value: when a request arrives at an idle batcher,
             and when the last batch ends with nothing left waiting (the router keeps the
             device's lanes with work this way, without polling every lane). (default: ``None``)
+        computing (ComputeTime, optional): told when each batch starts and ends, on
+            :attr:`clock` (the event loop's lag beyond computing reads it: :mod:`.looplag`).
+            (default: ``None``)
     """
 
     def __init__(
@@ -184,6 +188,7 @@ class Batcher(Generic[T, R]):
         predict_s: Callable[[int], float] | None = None,
         clock: Clock = MONOTONIC,
         on_busy: Callable[[bool], None] | None = None,
+        computing: ComputeTime | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"Batcher max_batch_size must be >= 1 (got {max_batch_size})")
@@ -201,6 +206,7 @@ class Batcher(Generic[T, R]):
         self._handler = handler
         self._on_batch = on_batch
         self._gate = gate
+        self._computing = computing
         self._own_executor = executor is None
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"gnnaas-{name}"
@@ -497,6 +503,8 @@ class Batcher(Generic[T, R]):
         size = sum(p.size for p in batch)
         started = self.clock.now()
         self._in_flight_nodes, self._in_flight_since = size, started
+        if self._computing is not None:
+            self._computing.started(started)
         error: BaseException | None = None
         results: Sequence[R] = ()
         handler_s = [math.nan]
@@ -513,6 +521,8 @@ class Batcher(Generic[T, R]):
             error = exc
         finally:
             self._in_flight_nodes, self._in_flight_since = 0, None
+            if self._computing is not None:
+                self._computing.ended(self.clock.now())
         duration = self.clock.now() - started
         self._answer(batch, results, error, started, size)
         if self._on_batch is not None:

@@ -24,6 +24,7 @@ from gnnaas.inference.executor import ExecRequest
 from gnnaas.policy import DecisionTable
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.lane import Handler, Lane
+from gnnaas.serving.core.looplag import ComputeTime
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
@@ -99,9 +100,11 @@ async def build_generation(
     serving: bool,
     clock: Clock = MONOTONIC,
     busy: set[Lane] | None = None,
+    computing: ComputeTime | None = None,
 ) -> Generation:
     """The generation of ``registry`` (batchers not started), warmed up and re-timed; its
-    lanes join ``busy`` while they have work (:class:`~gnnaas.serving.core.lane.Lane`).
+    lanes join ``busy`` while they have work and tell ``computing`` when each batch runs
+    (:class:`~gnnaas.serving.core.lane.Lane`).
 
     Re-timing runs on this (the event loop's) thread at start-up, when nothing is served yet, as
     the server runs small batches; while ``serving`` (a reload) in a worker thread, beside the
@@ -127,6 +130,7 @@ async def build_generation(
                     gate=gate,
                     clock=clock,
                     busy=busy,
+                    computing=computing,
                 )
         if settings.warmup:
             await _warm_up(lanes, gate)

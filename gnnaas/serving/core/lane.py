@@ -18,6 +18,7 @@ from gnnaas.inference.executor import ExecRequest, ExecResult
 from gnnaas.serving.core.batcher import Batcher, BatchStats
 from gnnaas.serving.core.clock import MONOTONIC, Clock
 from gnnaas.serving.core.drift import DriftRecord
+from gnnaas.serving.core.looplag import ComputeTime
 from gnnaas.serving.core.metrics import ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant
 from gnnaas.serving.core.settings import Settings
@@ -52,6 +53,8 @@ class Lane:
         busy (set[Lane], optional): the device's lanes with work: the lane is in it exactly
             while its batcher is :attr:`~gnnaas.serving.core.batcher.Batcher.busy` (the batcher
             says when that changes). (default: ``None``: not tracked)
+        computing (ComputeTime, optional): the device's computing time, shared by its lanes
+            (its batcher says when each batch starts and ends). (default: ``None``)
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class Lane:
         gate: asyncio.Semaphore | None = None,
         clock: Clock = MONOTONIC,
         busy: set[Lane] | None = None,
+        computing: ComputeTime | None = None,
     ) -> None:
         self.dataset = dataset
         self.variant = variant
@@ -88,6 +92,7 @@ class Lane:
             on_busy=None
             if busy is None
             else (lambda is_busy: (busy.add if is_busy else busy.discard)(self)),
+            computing=computing,
         )
 
     def __repr__(self) -> str:

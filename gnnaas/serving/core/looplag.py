@@ -2,23 +2,27 @@
 
 A server's requests, refusals and answers all pass through one event loop. When the loop has
 more to do than its core can, a request's bytes wait in its socket until the loop reaches
-them, and an answer waits again before it is written: time that neither the deadline clock
-(which starts when the app receives a request) nor the variants' curves (the device's time)
-see. On one core at twice the sustained rate that unseen wait, not the queue, is what made
-requests late (``benchmarks/results/deadlines-1node-pinned.md``).
+them, and a computed answer waits again before its caller resumes: time that neither the
+deadline clock (which starts when the app receives a request) nor the variants' curves (the
+device's time) see. On one core at twice the sustained rate that unseen wait, not the queue,
+is what made requests late (``benchmarks/results/deadlines-1node-pinned.md``).
 
 :class:`LoopLag` measures it the way the loop itself experiences it: a tick is scheduled every
 :attr:`~LoopLag.interval_s` on the loop's timer, and how late it runs is the loop's lag then.
 The router counts the lag against every deadline (``Router._expires``), before admission
 (:func:`~gnnaas.serving.core.deadlines.admit`) and the batches read it: the deadline is counted
 from when the request is estimated to have reached the server (its arrival at the app less the
-lag), and its answer is predicted to wait the lag again before it is written. A high request
-counts the lag it met (:meth:`LoopLag.latest_s`) and the typical lag for its answer
+lag), and its computed answer is predicted to wait the lag again before its caller resumes
+(which then writes it at once), but only the lag *beyond computing*: a tick that a batch made
+late (running inline on the loop, or holding the GIL in its thread) is late for a reason the
+queue's prediction already counts, so the time the device computed meanwhile
+(:class:`ComputeTime`, told by the batchers) is taken off it. A high request counts the lag it
+met (:meth:`LoopLag.latest_s`) and the typical lag beyond computing for its answer
 (:meth:`LoopLag.typical_s`: a spike of the loop is over by the time the request is read), the
-others the recent worst (:meth:`LoopLag.behind_s`) for both: while the loop falls behind,
-normal and low requests, whose share of their slack the lag soon takes, are refused first, and
-the refusal, applied by the protocol layer to those that follow, is the cheapest answer the
-server has (``benchmarks/results/shed-cost.md``).
+others the recent worst (:meth:`LoopLag.behind_s`) of each: while the loop falls behind, normal
+and low requests, whose share of their slack the lag soon takes, are refused first, and the
+refusal, applied by the protocol layer to those that follow, is the cheapest answer the server
+has (``benchmarks/results/shed-cost.md``).
 
 The ticks run only while requests arrive (an idle server is not woken every few
 milliseconds); :meth:`LoopLag.watch` runs them on the router's clock, so a test drives them
@@ -40,15 +44,82 @@ from collections.abc import Callable
 
 from gnnaas.serving.core.clock import Clock
 
-__all__ = ["TYPICAL_WEIGHT", "LoopLag"]
+__all__ = ["TYPICAL_WEIGHT", "ComputeTime", "LoopLag"]
 
 TYPICAL_WEIGHT = 0.05
 """The weight of each tick in the typical lag's moving average (:meth:`LoopLag.typical_s`)."""
 
 
+class ComputeTime:
+    """The device's computing time so far: the time on the clock during which at least one
+    batch ran (the batchers say when each starts and ends).
+
+    A tick made late by a batch running inline on the loop, or by the GIL its thread holds,
+    is late for a reason the queue's prediction already counts; :class:`LoopLag` tells that
+    part of its lag apart with this.
+
+    Example:
+        >>> busy = ComputeTime()
+        >>> busy.started(1.0); busy.ended(1.004)
+        >>> busy.started(1.010)
+        >>> round(busy.total(1.013) * 1e3, 1)  # 4 ms done, 3 ms of the running batch
+        7.0
+    """
+
+    def __init__(self) -> None:
+        self._done = 0.0  # until _since
+        self._since = 0.0
+        self._running = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(running={self._running})"
+
+    def started(self, now: float) -> None:
+        """A batch started at ``now``."""
+        self._advance(now)
+        self._running += 1
+
+    def ended(self, now: float) -> None:
+        """A batch that :meth:`started` ended at ``now``."""
+        self._advance(now)
+        self._running = max(self._running - 1, 0)
+
+    def total(self, now: float) -> float:
+        """Seconds computed up to ``now``."""
+        return self._done + (max(now - self._since, 0.0) if self._running else 0.0)
+
+    def _advance(self, now: float) -> None:
+        self._done = self.total(now)
+        self._since = now
+
+
+class _Readings:
+    """One kind of tick delay: the largest of the current window and the one before, the
+    latest, and a moving average."""
+
+    __slots__ = ("current", "latest", "previous", "typical")
+
+    def __init__(self) -> None:
+        self.current = self.previous = self.latest = self.typical = 0.0
+
+    def read(self, lag: float) -> None:
+        self.current = max(self.current, lag)
+        self.latest = lag
+        self.typical += TYPICAL_WEIGHT * (lag - self.typical)
+
+    def roll(self, keep_previous: bool) -> None:
+        self.previous = self.current if keep_previous else 0.0
+        self.current = 0.0
+
+
 class LoopLag:
     """The event loop's lag: the largest delay of its ticks in the current window and the one
     before (a window starts at the first tick or reading after the last one ended).
+
+    Each reading comes in two kinds: the whole delay, the wait a request met before the app
+    could read it; and the delay *beyond computing* (``beyond_computing=True``), less the time
+    the device computed meanwhile (``computing``), the wait an answer can expect on top of the
+    batches the queue's prediction already counts.
 
     Args:
         interval_s (float, optional): the time between ticks while requests arrive.
@@ -59,6 +130,11 @@ class LoopLag:
             and start again with the next one. (default: ``1.0``)
         observe (Callable[[float], None], optional): called with each tick's lag in seconds
             (a histogram's ``observe``). (default: ``None``)
+        computing (Callable[[float], float], optional): the device's computing time up to a
+            time on the clock (:meth:`ComputeTime.total`); a tick's delay beyond computing is
+            its delay less the time computed since it was scheduled (which may start up to
+            :attr:`interval_s` before it was due). (default: ``None``: every delay counts in
+            full)
     """
 
     def __init__(
@@ -67,54 +143,64 @@ class LoopLag:
         window_s: float = 0.02,
         idle_s: float = 1.0,
         observe: Callable[[float], None] | None = None,
+        computing: Callable[[float], float] | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.window_s = window_s
         self.idle_s = idle_s
         self._observe = observe
+        self._computing = computing
         self._start = -float("inf")  # when the current window began
-        self._current = 0.0  # the largest lag in it
-        self._previous = 0.0  # ... and in the window before it
-        self._latest = 0.0  # the latest tick's
-        self._typical = 0.0  # a moving average of the ticks' (TYPICAL_WEIGHT each)
+        self._all = _Readings()  # the ticks' whole delays
+        self._beyond = _Readings()  # ... less the time computed meanwhile
         self._due: float | None = None  # the pending tick's time, while one is scheduled
+        self._computed = 0.0  # the computing time when the pending tick was scheduled
         self._last_request = -float("inf")
         self._wake: asyncio.Event | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(interval_s={self.interval_s}, window_s={self.window_s})"
 
-    def ran(self, due: float, now: float) -> None:
-        """Records a tick due at ``due`` that ran at ``now``."""
+    def ran(self, due: float, now: float, computed_s: float = 0.0) -> None:
+        """Records a tick due at ``due`` that ran at ``now``, ``computed_s`` seconds of
+        computing after it was scheduled."""
         lag = max(now - due, 0.0)
         self._roll(now)
-        self._current = max(self._current, lag)
-        self._latest = lag
-        self._typical += TYPICAL_WEIGHT * (lag - self._typical)
+        self._all.read(lag)
+        self._beyond.read(max(lag - computed_s, 0.0))
         if self._observe is not None:
             self._observe(lag)
 
-    def behind_s(self, now: float) -> float:
+    def _kind(self, beyond_computing: bool) -> _Readings:
+        return self._beyond if beyond_computing else self._all
+
+    def behind_s(self, now: float, beyond_computing: bool = False) -> float:
         """The loop's lag at ``now``, in seconds: the largest tick delay of the current window
         and the one before, or the pending tick's delay so far when that is larger (the loop is
         late on it right now)."""
         self._roll(now)
-        return max(self._current, self._previous, self._pending(now))
+        kind = self._kind(beyond_computing)
+        return max(kind.current, kind.previous, self._pending(now, beyond_computing))
 
-    def latest_s(self, now: float) -> float:
+    def latest_s(self, now: float, beyond_computing: bool = False) -> float:
         """The loop's lag at ``now`` as its latest tick read it, or the pending tick's delay so
         far when that is larger: the lag as it is, where :meth:`behind_s` is its recent worst."""
-        return max(self._latest, self._pending(now))
+        return max(self._kind(beyond_computing).latest, self._pending(now, beyond_computing))
 
-    def _pending(self, now: float) -> float:
+    def _pending(self, now: float, beyond_computing: bool) -> float:
         """How late the scheduled tick is at ``now`` (0 when none is scheduled or it is not
         due yet)."""
-        return 0.0 if self._due is None else max(now - self._due, 0.0)
+        if self._due is None:
+            return 0.0
+        late = max(now - self._due, 0.0)
+        if beyond_computing and self._computing is not None:
+            late = max(late - (self._computing(now) - self._computed), 0.0)
+        return late
 
-    def typical_s(self) -> float:
+    def typical_s(self, beyond_computing: bool = False) -> float:
         """The loop's typical lag: a moving average of its ticks' (the last few dozen weigh
         most), what a request yet to be answered can expect to wait again."""
-        return self._typical
+        return self._kind(beyond_computing).typical
 
     def settles_in(self, now: float) -> float:
         """Seconds from ``now`` until the reading of :meth:`behind_s` may fall: the end of the
@@ -127,8 +213,9 @@ class LoopLag:
         """Starts a new window when the current one is over."""
         if now - self._start < self.window_s:
             return
-        self._previous = self._current if now - self._start < 2 * self.window_s else 0.0
-        self._current = 0.0
+        keep = now - self._start < 2 * self.window_s
+        self._all.roll(keep)
+        self._beyond.roll(keep)
         self._start = now
 
     def arrived(self, now: float) -> None:
@@ -141,19 +228,23 @@ class LoopLag:
         """Ticks on the running event loop, timed on ``clock``, while requests arrive (see
         :meth:`arrived`); runs until cancelled."""
         self._wake = asyncio.Event()
+        computing = self._computing or (lambda now: 0.0)
         try:
             while True:
                 if clock.now() - self._last_request >= self.idle_s:
                     self._forget()  # what it read is over by the time requests come back
                     self._wake.clear()
                     await self._wake.wait()
-                due = self._due = clock.now() + self.interval_s
+                now = clock.now()
+                self._computed = computing(now)
+                due = self._due = now + self.interval_s
                 await clock.sleep_until(due)
                 self._due = None
-                self.ran(due, clock.now())
+                now = clock.now()
+                self.ran(due, now, computing(now) - self._computed)
         finally:
             self._due = None  # a tick that will never run is not a lag
 
     def _forget(self) -> None:
         """Drops every reading (the ticks stop: no lag is measured until they start again)."""
-        self._current = self._previous = self._latest = self._typical = 0.0
+        self._all, self._beyond = _Readings(), _Readings()

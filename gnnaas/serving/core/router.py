@@ -68,7 +68,7 @@ from gnnaas.serving.core.generation import (
     discard,
 )
 from gnnaas.serving.core.lane import Lane
-from gnnaas.serving.core.looplag import LoopLag
+from gnnaas.serving.core.looplag import ComputeTime, LoopLag
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
@@ -150,7 +150,12 @@ class Router:
         self.clock = clock
         if watch_loop is None:
             watch_loop = clock.real
-        self.loop_lag = LoopLag(observe=self.metrics.loop_lag.observe) if watch_loop else None
+        self.computing = ComputeTime()  # the device's, told by every lane's batcher
+        self.loop_lag = (
+            LoopLag(observe=self.metrics.loop_lag.observe, computing=self.computing.total)
+            if watch_loop
+            else None
+        )
         self._watching: asyncio.Task[None] | None = None
         self._factory = executor_factory or default_executor_factory(registry.device)
         self.slowdown = Slowdown(settings.load_ewma_alpha)
@@ -292,6 +297,7 @@ class Router:
             serving=self.started,
             clock=self.clock,
             busy=self._busy,
+            computing=self.computing,
         )
 
     def _go_live(self, gen: Generation) -> None:
@@ -520,11 +526,11 @@ class Router:
 
         ``output`` is what it returns per node: ``"class"``, ``"proba"`` or ``"embedding"``
         (:class:`~gnnaas.inference.executor.ExecRequest`). With ``deadline_ms`` (counted from
-        ``arrived``, on the router's clock, when it reached the app, less twice the event loop's
-        lag: :mod:`.looplag`) the variant is chosen as for an SLO, the request is refused at
-        once when no admissible variant is predicted to answer in time, and it is never computed
-        after its deadline. ``priority`` orders it in
-        its variant's queue and decides who is shed first under overload
+        ``arrived``, on the router's clock, when it reached the app, less the event loop's lag
+        met and to come: :meth:`_expires`) the variant is chosen as for an SLO, the request is
+        refused at once when no admissible variant is predicted to answer in time, and it is
+        never computed after its deadline nor answered after it. ``priority`` orders it in its
+        variant's queue and decides who is shed first under overload
         (:class:`~gnnaas.serving.core.batcher.Batcher`).
 
         Raises:
@@ -538,9 +544,10 @@ class Router:
                 or its answer was ready only after it (discarded).
         """
         num_nodes, now = len(nodes), self.clock.now()
-        expires = left_ms = None
+        arrival = now if arrived is None else arrived
+        expires = answer_by = left_ms = None
         if deadline_ms is not None:
-            expires = self._expires(deadline_ms, now if arrived is None else arrived, priority)
+            expires, answer_by = self._expires(deadline_ms, arrival, priority)
             left_ms = (expires - now) * 1e3
         selection: Selection | None
         if pinned is not None:
@@ -552,7 +559,7 @@ class Router:
             )
         if expires is not None and left_ms is not None and deadline_ms is not None:
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
-            lag_ms = ((now if arrived is None else arrived) + deadline_ms / 1e3 - expires) * 1e3
+            lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
         lane = self._gen.lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
@@ -577,7 +584,9 @@ class Router:
                 scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
                 self._shed_until_room(lane, exc, priority, scope, pinned)
             raise
-        return self._answered(out, variant, selection, dataset.name, priority, deadline_ms, expires)
+        return self._answered(
+            out, variant, selection, dataset.name, priority, deadline_ms, answer_by
+        )
 
     def _answered(
         self,
@@ -587,13 +596,13 @@ class Router:
         dataset: str,
         priority: str,
         deadline_ms: float | None,
-        expires: float | None,
+        answer_by: float | None,
     ) -> Prediction:
         """The prediction a computed batch's ``out`` answers, counted as admitted; an answer
-        ready after the request's deadline (``expires``) is discarded instead (a late answer is
-        worth nothing)."""
-        if expires is not None and deadline_ms is not None:  # set together
-            over_ms = (self.clock.now() - expires) * 1e3
+        ready after the request's deadline (``answer_by``: nothing is left to wait for but its
+        writing) is discarded instead (a late answer is worth nothing)."""
+        if answer_by is not None and deadline_ms is not None:  # set together
+            over_ms = (self.clock.now() - answer_by) * 1e3
             if over_ms > 0:
                 self.metrics.admitted(dataset, priority, "late")
                 raise late_answer(
@@ -614,22 +623,31 @@ class Router:
             graph_version=out.value.graph_version,
         )
 
-    def _expires(self, deadline_ms: float, arrived: float, priority: str) -> float:
+    def _expires(self, deadline_ms: float, arrived: float, priority: str) -> tuple[float, float]:
         """When a request that arrived at the app at ``arrived`` with ``deadline_ms`` must have
-        its answer, on the router's clock. Unseen by the app, the request waited about the
-        event loop's lag before the app read it, and its answer waits about as long again
-        before it is written (:mod:`.looplag`): both count. A high request counts the lag it met
-        and the typical lag for its answer, the others the recent worst for both, so that they
-        are shed first while the loop falls behind."""
-        expires = arrived + deadline_ms / 1e3
+        its answer, on the router's clock: ``(expires, answer_by)``. Unseen by the app, the
+        request waited about the event loop's lag before the app read it, and once its batch
+        is computed it waits the loop's lag beyond the batches the prediction counts before its
+        caller resumes (:mod:`.looplag`). ``expires``, what admission and the batch are fitted
+        to, counts both; ``answer_by``, what a computed answer is held to, only the lag met (its
+        caller has resumed by then, and the answer is written at once). A high request counts
+        the lag it met and the typical lag beyond computing, the others the recent worst of
+        each, so that they are shed first while the loop falls behind. While the loop is behind,
+        the lag met counts a tick's interval more: the request may have come into its socket up
+        to one tick before the tick whose lateness is read was due."""
+        deadline = arrived + deadline_ms / 1e3
         lag = self.loop_lag
         if lag is None:
-            return expires
+            return deadline, deadline
         now = self.clock.now()
         lag.arrived(now)
+        met = lag.latest_s(now) if priority == "high" else lag.behind_s(now)
+        if met > 0:  # the request may have come up to a tick before the tick read was due
+            met += lag.interval_s
+        answer_by = deadline - met
         if priority == "high":
-            return expires - lag.latest_s(now) - lag.typical_s()
-        return expires - 2 * lag.behind_s(now)
+            return answer_by - lag.typical_s(beyond_computing=True), answer_by
+        return answer_by - lag.behind_s(now, beyond_computing=True), answer_by
 
     def _shed_until_room(
         self,
@@ -688,8 +706,8 @@ class Router:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
             hold_s = exc.hold_s
             lag, now = self.loop_lag, self.clock.now()
-            if lag is not None and priority != "high" and 0 < hold_s <= 2 * lag.behind_s(now):
-                # The loop's recent worst lag, counted twice against the deadline, decided the
+            if lag is not None and priority != "high" and 0 < hold_s <= lag_ms / 1e3:
+                # The loop's recent worst lag, counted against the deadline, decided the
                 # refusal, and it reads the same until its window ends.
                 hold_s = max(hold_s, lag.settles_in(now))
             if hold_s > 0:
