@@ -22,6 +22,7 @@ from serving_fakes import next_turn
 from gnnaas.errors import DeadlineExceeded, OverloadedError
 from gnnaas.serving.core.batcher import Batched, Batcher, BatchStats
 from gnnaas.serving.core.clock import FakeClock
+from gnnaas.serving.core.looplag import ComputeTime
 
 X = TypeVar("X")
 
@@ -234,6 +235,28 @@ async def test_batch_times_are_measured_on_the_batchers_clock() -> None:
     assert [o.queue_s for o in done] == [0.0, 0.25]
     assert [(s.duration_s, s.handler_s) for s in stats] == [(0.25, 0.25), (0.25, 0.25)]
     assert clock.now() == 100.5 and batcher.in_flight_since is None
+    await batcher.stop()
+
+
+@pytest.mark.parametrize(
+    ("inline_max_size", "threads_compete", "computed_s"),
+    [(0, True, 0.5), (0, False, 0.0), (4, False, 0.5)],
+    ids=["thread-on-a-cpu", "thread-on-an-accelerator", "inline"],
+)
+async def test_the_computing_time_is_the_handlers_own_where_it_keeps_the_loop_from_running(
+    inline_max_size: int, threads_compete: bool, computed_s: float
+) -> None:
+    """Two batches of 0.25 s each: counted for the loop's lag beyond computing when they ran
+    inline, or in the worker thread on a CPU; a worker thread on an accelerator leaves the
+    loop free."""
+    clock = FakeClock(100.0)
+    computing = ComputeTime(threads_compete=threads_compete)
+    handler = Handler(clock=clock, takes_s=0.25)
+    batcher = _batcher(handler, clock=clock, computing=computing, inline_max_size=inline_max_size)
+    await _soon(batcher.enqueue(0, size=1))
+    await _soon(batcher.enqueue(1, size=1))
+    clock.advance(1.0)  # nothing runs: the computing time stays
+    assert computing.total(clock.now()) == pytest.approx(computed_s)
     await batcher.stop()
 
 

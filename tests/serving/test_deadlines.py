@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from serving_fakes import TOY_VARIANTS, FakeModel, held, make_toy_registry, wait_until
 
 from gnnaas.serving import Router, Settings, create_app
-from gnnaas.serving.core.clock import FakeClock
+from gnnaas.serving.core.clock import MONOTONIC, FakeClock
 from gnnaas.serving.core.looplag import LoopLag
 from gnnaas.serving.core.shedding import Asked
 
@@ -184,13 +184,13 @@ class Lagging(NamedTuple):
 def lagging() -> Iterator[Lagging]:
     """The toy app on a fake clock with curves 1,000 times the toy's (one node 3 s on
     sage-full-1x), its router measuring the loop's lag in windows of 10 s (fed by the test,
-    as the watcher reads them on a real clock)."""
+    as the watcher reads them on a real clock) beyond the router's computing time."""
     registry, models = make_toy_registry(_scaled(1000))
     clock = FakeClock()
     app = create_app(Settings(**SETTINGS), registry=registry, clock=clock)
     with TestClient(app) as client:
         router: Router = app.state.router
-        router.loop_lag = lag = LoopLag(window_s=10.0)
+        router.loop_lag = lag = LoopLag(window_s=10.0, computing=router.computing.total)
         yield Lagging(client, router, models, lag, clock)
 
 
@@ -291,6 +291,29 @@ def test_a_computed_answer_is_held_to_the_deadline_less_the_lag_met_only(
         gate.set()
         assert late.result().status_code == 504, late.result().text
     assert "ready 100.0 ms after the deadline" in late.result().json()["detail"]
+
+
+def test_a_lag_under_a_ticks_interval_counts_as_read(lagging: Lagging) -> None:
+    client, _, _, lag, clock = lagging
+    # The timer's usual slip (0.5 ms), not a loop behind by a tick: no interval is added.
+    lag.ran(due=clock.now() - 0.0005, now=clock.now())
+    headers = {"X-Variant": "sage-full-1x", "X-Deadline-Ms": "3000.5", "X-Priority": "normal"}
+    refused = _post(client, [40], **headers)
+    assert refused.status_code == 503, refused.text
+    assert (
+        "within the 2999.5 ms left after 1.0 ms of the event loop's lag"
+        in (refused.json()["detail"])
+    )
+
+
+def test_a_real_clock_router_reads_the_lag_beyond_its_own_computing_time() -> None:
+    registry, _ = make_toy_registry(_scaled(1))
+    router = Router(registry, Settings(**SETTINGS), clock=MONOTONIC)
+    assert router.loop_lag is not None
+    router.loop_lag._due = router.loop_lag._computed = 0.0  # a tick due at 0 still pending
+    router.computing.started(0.0)  # ... while a batch computes from 0
+    assert router.loop_lag.behind_s(0.004) == pytest.approx(0.004)
+    assert router.loop_lag.behind_s(0.004, beyond_computing=True) == 0.0
 
 
 def test_the_routers_computing_time_is_each_batch_on_its_clock(

@@ -166,9 +166,9 @@ class Batcher(Generic[T, R]):
             :attr:`busy` changes, with its new value: when a request arrives at an idle batcher,
             and when the last batch ends with nothing left waiting (the router keeps the
             device's lanes with work this way, without polling every lane). (default: ``None``)
-        computing (ComputeTime, optional): told when each batch starts and ends, on
-            :attr:`clock` (the event loop's lag beyond computing reads it: :mod:`.looplag`).
-            (default: ``None``)
+        computing (ComputeTime, optional): told when each batch's handler starts and ends, on
+            :attr:`clock`, from the thread it runs on (the event loop's lag beyond computing
+            reads it: :mod:`.looplag`). (default: ``None``)
     """
 
     def __init__(
@@ -503,8 +503,6 @@ class Batcher(Generic[T, R]):
         size = sum(p.size for p in batch)
         started = self.clock.now()
         self._in_flight_nodes, self._in_flight_since = size, started
-        if self._computing is not None:
-            self._computing.started(started)
         error: BaseException | None = None
         results: Sequence[R] = ()
         handler_s = [math.nan]
@@ -521,8 +519,6 @@ class Batcher(Generic[T, R]):
             error = exc
         finally:
             self._in_flight_nodes, self._in_flight_since = 0, None
-            if self._computing is not None:
-                self._computing.ended(self.clock.now())
         duration = self.clock.now() - started
         self._answer(batch, results, error, started, size)
         if self._on_batch is not None:
@@ -535,17 +531,26 @@ class Batcher(Generic[T, R]):
         self, loop: asyncio.AbstractEventLoop, items: list[T], size: int, handler_s: list[float]
     ) -> Sequence[R]:
         """The handler's results for ``items``, its own time (on :attr:`clock`, in the thread
-        it runs on) in ``handler_s[0]``."""
+        it runs on) in ``handler_s[0]``; :attr:`computing` is told the same times."""
         clock, handler = self.clock, self._handler
+        inline = size <= self.inline_max_size
+        computing = self._computing
+        if computing is not None and not computing.counts(inline):
+            computing = None
 
         def timed(items: list[T]) -> Sequence[R]:
             start = clock.now()
+            if computing is not None:
+                computing.started(start)
             try:
                 return handler(items)
             finally:
-                handler_s[0] = clock.now() - start
+                end = clock.now()
+                handler_s[0] = end - start
+                if computing is not None:
+                    computing.ended(end)
 
-        if size <= self.inline_max_size:
+        if inline:
             results = timed(items)  # on the loop's thread: no hand-off
         else:
             results = await loop.run_in_executor(self._executor, timed, items)

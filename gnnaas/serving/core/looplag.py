@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 
 from gnnaas.serving.core.clock import Clock
@@ -52,11 +53,18 @@ TYPICAL_WEIGHT = 0.05
 
 class ComputeTime:
     """The device's computing time so far: the time on the clock during which at least one
-    batch ran (the batchers say when each starts and ends).
+    batch ran that kept the event loop from running (the batchers say when each starts and
+    ends, from the thread it runs on: the time counted is the handler's own).
 
-    A tick made late by a batch running inline on the loop, or by the GIL its thread holds,
-    is late for a reason the queue's prediction already counts; :class:`LoopLag` tells that
-    part of its lag apart with this.
+    A tick made late by a batch running inline on the loop, or by a batch in a worker thread
+    on a CPU (its threads take the cores and the GIL the loop needs), is late for a reason the
+    queue's prediction already counts; :class:`LoopLag` tells that part of its lag apart with
+    this. A batch in a worker thread on an accelerator leaves the loop free: with
+    ``threads_compete=False`` only inline batches count.
+
+    Args:
+        threads_compete (bool, optional): whether a batch run in a worker thread keeps the
+            loop from running (a CPU device). (default: ``True``)
 
     Example:
         >>> busy = ComputeTime()
@@ -66,31 +74,43 @@ class ComputeTime:
         7.0
     """
 
-    def __init__(self) -> None:
+    def __init__(self, threads_compete: bool = True) -> None:
+        self.threads_compete = threads_compete
+        self._lock = threading.Lock()  # a worker thread ends its batches
         self._done = 0.0  # until _since
         self._since = 0.0
         self._running = 0
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(running={self._running})"
+        return f"{type(self).__name__}(threads_compete={self.threads_compete})"
+
+    def counts(self, inline: bool) -> bool:
+        """Whether a batch run inline on the loop (or in a worker thread) is counted."""
+        return inline or self.threads_compete
 
     def started(self, now: float) -> None:
         """A batch started at ``now``."""
-        self._advance(now)
-        self._running += 1
+        with self._lock:
+            self._advance(now)
+            self._running += 1
 
     def ended(self, now: float) -> None:
         """A batch that :meth:`started` ended at ``now``."""
-        self._advance(now)
-        self._running = max(self._running - 1, 0)
+        with self._lock:
+            self._advance(now)
+            self._running = max(self._running - 1, 0)
 
     def total(self, now: float) -> float:
         """Seconds computed up to ``now``."""
+        with self._lock:
+            return self._total(now)
+
+    def _total(self, now: float) -> float:
         return self._done + (max(now - self._since, 0.0) if self._running else 0.0)
 
     def _advance(self, now: float) -> None:
-        self._done = self.total(now)
-        self._since = now
+        self._done = self._total(now)
+        self._since = max(now, self._since)  # a time read before another thread's is not earlier
 
 
 class _Readings:
@@ -199,7 +219,8 @@ class LoopLag:
 
     def typical_s(self, beyond_computing: bool = False) -> float:
         """The loop's typical lag: a moving average of its ticks' (the last few dozen weigh
-        most), what a request yet to be answered can expect to wait again."""
+        most); beyond computing, what a computed answer can expect to wait before its caller
+        resumes (the whole reading is for diagnostics)."""
         return self._kind(beyond_computing).typical
 
     def settles_in(self, now: float) -> float:

@@ -150,8 +150,8 @@ METRICS: dict[str, MetricDoc] = {
             "histogram",
             (),
             "How late the event loop ran its ticks (a few milliseconds apart while requests "
-            "with X-Deadline-Ms arrive): the wait before the app and before an answer is written, "
-            "which admission counts against each deadline",
+            "with X-Deadline-Ms arrive): the wait before the app reads a request and before a "
+            "computed answer is sent, which admission counts against each deadline",
         ),
         MetricDoc(
             "gnnaas_reloads_total",

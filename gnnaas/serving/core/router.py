@@ -150,7 +150,10 @@ class Router:
         self.clock = clock
         if watch_loop is None:
             watch_loop = clock.real
-        self.computing = ComputeTime()  # the device's, told by every lane's batcher
+        # The device's computing time, told by every lane's batcher; a batch in a worker
+        # thread keeps the loop from running on a CPU (its threads take the cores), not on an
+        # accelerator.
+        self.computing = ComputeTime(threads_compete=registry.device.type == "cpu")
         self.loop_lag = (
             LoopLag(observe=self.metrics.loop_lag.observe, computing=self.computing.total)
             if watch_loop
@@ -528,10 +531,11 @@ class Router:
         (:class:`~gnnaas.inference.executor.ExecRequest`). With ``deadline_ms`` (counted from
         ``arrived``, on the router's clock, when it reached the app, less the event loop's lag
         met and to come: :meth:`_expires`) the variant is chosen as for an SLO, the request is
-        refused at once when no admissible variant is predicted to answer in time, and it is
-        never computed after its deadline nor answered after it. ``priority`` orders it in its
-        variant's queue and decides who is shed first under overload
-        (:class:`~gnnaas.serving.core.batcher.Batcher`).
+        refused at once when no admissible variant is predicted to answer in time, it is never
+        computed when its batch is predicted to end after the deadline less the lag met and to
+        come, and its answer is discarded when ready after the deadline less the lag met.
+        ``priority`` orders it in its variant's queue and decides who is shed first under
+        overload (:class:`~gnnaas.serving.core.batcher.Batcher`).
 
         Raises:
             NotFoundError: unknown pinned variant.
@@ -632,9 +636,10 @@ class Router:
         to, counts both; ``answer_by``, what a computed answer is held to, only the lag met (its
         caller has resumed by then, and the answer is written at once). A high request counts
         the lag it met and the typical lag beyond computing, the others the recent worst of
-        each, so that they are shed first while the loop falls behind. While the loop is behind,
-        the lag met counts a tick's interval more: the request may have come into its socket up
-        to one tick before the tick whose lateness is read was due."""
+        each, so that they are shed first while the loop falls behind. While the loop is behind
+        by a tick's interval or more (not the timer's usual slip), the lag met counts one
+        interval more: the request may have come into its socket up to one tick before the
+        tick whose lateness is read was due."""
         deadline = arrived + deadline_ms / 1e3
         lag = self.loop_lag
         if lag is None:
@@ -642,7 +647,7 @@ class Router:
         now = self.clock.now()
         lag.arrived(now)
         met = lag.latest_s(now) if priority == "high" else lag.behind_s(now)
-        if met > 0:  # the request may have come up to a tick before the tick read was due
+        if met >= lag.interval_s:  # it may have come up to a tick before the tick read was due
             met += lag.interval_s
         answer_by = deadline - met
         if priority == "high":

@@ -66,14 +66,15 @@ HEADER_DOCS: dict[str, str] = {
     "X-Deadline-Ms": (
         "Optional deadline in ms from the request's arrival at the server, a hard one (while "
         "the server's event loop runs behind, the time a request waits before the server reads "
-        "it and its answer waits to be written count against it, as the loop's measured lag): "
+        "it, and its answer's wait beyond computing before it is sent, count against it, as the "
+        "loop's measured lag): "
         "the variant is chosen as for X-Latency-SLO-Ms (the smaller of the two when both are "
         "given), and when no variant within tolerance is predicted to answer in time under the "
         "current load the answer is 503 with Retry-After at once, or 422 without it when even "
         "the fastest of them alone on an idle server would not (do not retry that one as is); a "
         "request still queued at its deadline, or whose batch is predicted to end after it, is "
-        "never computed: 504 (also when its answer was ready only after the deadline: "
-        "discarded, never a late 200)."
+        "never computed: 504 (also when its answer was ready only after the deadline less the "
+        "wait it met: discarded, never a late 200)."
     ),
     "X-Priority": (
         f"Optional `{'`, `'.join(PRIORITIES[:-1])}` or `{PRIORITIES[-1]}` (default `normal`): "
