@@ -293,6 +293,26 @@ def test_a_computed_answer_is_held_to_the_deadline_less_the_lag_met_only(
     assert "ready 100.0 ms after the deadline" in late.result().json()["detail"]
 
 
+def test_a_late_answer_says_how_much_of_the_loops_lag_its_deadline_counted(
+    lagging: Lagging,
+) -> None:
+    client, _, models, lag, clock = lagging
+    pin = "sage-full-1x"
+    lag.ran(due=clock.now() - 0.5, now=clock.now())  # met 0.5 s, and a tick's interval more
+    headers = {"X-Variant": pin, "X-Deadline-Ms": "10000", "X-Priority": "high"}
+    with held(models[pin]) as gate, ThreadPoolExecutor(1) as pool:
+        late = pool.submit(_post, client, [40], **headers)
+        assert models[pin].entered.wait(5)
+        clock.advance(9.6)  # 102 ms past 10 s less the 502 ms met
+        gate.set()
+        answer = late.result()
+    assert answer.status_code == 504, answer.text
+    assert answer.json()["detail"].startswith(
+        "X-Deadline-Ms 10000: the answer was ready 102.0 ms after the deadline, counted from "
+        "502.0 ms before the request reached the app, the event loop's lag it met (queued"
+    )
+
+
 def test_a_lag_under_a_ticks_interval_counts_as_read(lagging: Lagging) -> None:
     client, _, _, lag, clock = lagging
     # The timer's usual slip (0.5 ms), not a loop behind by a tick: no interval is added.

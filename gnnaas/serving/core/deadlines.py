@@ -150,6 +150,16 @@ def admit(
     )
 
 
+def _met_words(met_ms: float) -> str:
+    """How much of the event loop's lag a late answer's deadline already counts ("" for none)."""
+    if met_ms < 0.05:
+        return ""
+    return (
+        f", counted from {met_ms:.1f} ms before the request reached the app, the event loop's "
+        "lag it met"
+    )
+
+
 def _lag_words(lag_ms: float) -> str:
     """How much of the event loop's lag a refusal's time left already counts ("" for none)."""
     return f" after {lag_ms:.1f} ms of the event loop's lag" if lag_ms >= 0.05 else ""
@@ -172,14 +182,21 @@ def _never_met(
 
 
 def late_answer(
-    deadline_ms: float, over_ms: float, queue_ms: float, batch_nodes: int, variant_id: str
+    deadline_ms: float,
+    over_ms: float,
+    queue_ms: float,
+    batch_nodes: int,
+    variant_id: str,
+    met_ms: float = 0.0,
 ) -> DeadlineExceeded:
-    """The error for an answer ready ``over_ms`` after its deadline: discarded, never sent."""
+    """The error for an answer ready ``over_ms`` after its deadline: discarded, never sent.
+    ``met_ms``: the event loop's lag the request met before the app read it, which the deadline
+    already counts (:mod:`~gnnaas.serving.core.looplag`), named when there is one."""
     return DeadlineExceeded(
         f"X-Deadline-Ms {deadline_ms:g}: the answer was ready {over_ms:.1f} ms after the "
-        f"deadline (queued {queue_ms:.1f} ms, then a batch of {batch_nodes} nodes on "
-        f"{variant_id}); it was discarded, never answered late (retry with a longer deadline "
-        "or when the load is lower)"
+        f"deadline{_met_words(met_ms)} (queued {queue_ms:.1f} ms, then a batch of {batch_nodes} "
+        f"nodes on {variant_id}); it was discarded, never answered late (retry with a longer "
+        "deadline or when the load is lower)"
     )
 
 

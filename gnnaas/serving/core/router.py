@@ -589,7 +589,7 @@ class Router:
                 self._shed_until_room(lane, exc, priority, scope, pinned)
             raise
         return self._answered(
-            out, variant, selection, dataset.name, priority, deadline_ms, answer_by
+            out, variant, selection, dataset.name, priority, deadline_ms, answer_by, arrival
         )
 
     def _answered(
@@ -601,16 +601,24 @@ class Router:
         priority: str,
         deadline_ms: float | None,
         answer_by: float | None,
+        arrival: float,
     ) -> Prediction:
         """The prediction a computed batch's ``out`` answers, counted as admitted; an answer
         ready after the request's deadline (``answer_by``: nothing is left to wait for but its
-        writing) is discarded instead (a late answer is worth nothing)."""
+        writing) is discarded instead (a late answer is worth nothing). ``arrival``: when the
+        request reached the app, its deadline counted from there less the lag it met."""
         if answer_by is not None and deadline_ms is not None:  # set together
             over_ms = (self.clock.now() - answer_by) * 1e3
             if over_ms > 0:
                 self.metrics.admitted(dataset, priority, "late")
+                met_ms = (arrival + deadline_ms / 1e3 - answer_by) * 1e3
                 raise late_answer(
-                    deadline_ms, over_ms, out.queue_s * 1e3, out.batch_size, variant.variant_id
+                    deadline_ms,
+                    over_ms,
+                    out.queue_s * 1e3,
+                    out.batch_size,
+                    variant.variant_id,
+                    met_ms=met_ms,
                 )
         self.metrics.admitted(dataset, priority, "admitted")
         times = out.value.times
