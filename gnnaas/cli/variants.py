@@ -264,6 +264,12 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub: Any) -> None:
     """Adds ``train``, ``generate`` and ``variants`` to the subcommands ``sub``."""
+    _add_train_parser(sub)
+    _add_generate_parser(sub)
+    _add_variants_parser(sub)
+
+
+def _add_train_parser(sub: Any) -> None:
     p = sub.add_parser(
         "train",
         help="train one full-feature model and print its accuracy",
@@ -274,6 +280,8 @@ def add_parsers(sub: Any) -> None:
     _add_epochs(p)
     p.set_defaults(func=_cmd_train)
 
+
+def _add_generate_parser(sub: Any) -> None:
     p = sub.add_parser(
         "generate",
         help="train the 1x model, rank features, train pruned variants",
@@ -317,6 +325,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=_cmd_generate)
 
+
+def _add_variants_parser(sub: Any) -> None:
     p = sub.add_parser(
         "variants",
         help="manage the variant repository (add a variant you trained)",

@@ -38,7 +38,7 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -250,6 +250,32 @@ def count_reads(
     return reads
 
 
+def _rankings(
+    graph: RuntimeGraph,
+    fanout_sets: Iterable[tuple[int, ...]],
+    seeds: Tensor,
+    by: str,
+    *,
+    batch_size: int,
+    progress: bool,
+) -> dict[tuple[int, ...], NodeRanking]:
+    """The caching order of ``graph``'s nodes for each of ``fanout_sets``: by the reads its
+    sampler makes from ``seeds`` (``by="access"``), or by in-neighbor lists (``"degree"``)."""
+    store = graph.store
+    num_nodes = int(store.num_nodes)
+    neighbor_counts = _neighbor_counts(store.col, num_nodes)
+    rankings: dict[tuple[int, ...], NodeRanking] = {}
+    for fanouts in fanout_sets:
+        sampler = graph.sampler(fanouts)
+        reads = count_reads(sampler, seeds, num_nodes, batch_size=batch_size, progress=progress)
+        if by == "access":
+            order = _rank(reads, neighbor_counts)
+        else:
+            order = _rank(neighbor_counts, torch.zeros_like(neighbor_counts))
+        rankings[fanouts] = NodeRanking(order, reads[order])
+    return rankings
+
+
 def plan_cache(
     store: GraphStore,
     variants: Sequence[PlannedVariant],
@@ -293,17 +319,9 @@ def plan_cache(
     if seeds.numel() == 0:
         raise ValueError(f"plan_cache: no planning seeds ({seeds_name} of {store.name} is empty)")
     num_nodes = int(store.num_nodes)
-    neighbor_counts = _neighbor_counts(store.col, num_nodes)
     graph = RuntimeGraph(store, seed=sampler_seed)
-    rankings: dict[tuple[int, ...], NodeRanking] = {}
-    for fanouts in dict.fromkeys(tuple(int(f) for f in v.fanouts) for v in variants):
-        sampler = graph.sampler(fanouts)
-        reads = count_reads(sampler, seeds, num_nodes, batch_size=batch_size, progress=progress)
-        if by == "access":
-            order = _rank(reads, neighbor_counts)
-        else:
-            order = _rank(neighbor_counts, torch.zeros_like(neighbor_counts))
-        rankings[fanouts] = NodeRanking(order, reads[order])
+    fanout_sets = dict.fromkeys(tuple(int(f) for f in v.fanouts) for v in variants)
+    rankings = _rankings(graph, fanout_sets, seeds, by, batch_size=batch_size, progress=progress)
     rows = []
     for v in variants:
         ranking = rankings[tuple(int(f) for f in v.fanouts)]

@@ -139,12 +139,10 @@ def _nodes(n: int) -> str:
     return f"{n} node{'s' if n != 1 else ''}"
 
 
-def _variant_section(
-    val: pd.DataFrame, test: pd.DataFrame, frontier: pd.DataFrame, view: RouterView
-) -> list[str]:
-    lines = ["## 1. Variants", ""]
+def _variant_intro() -> str:
+    """What the variant tables' columns say and where each figure comes from."""
     times = " and ".join(f"t({n})" for n in REQUEST_SIZES)
-    lines.append(
+    text = (
         "Validation profile (p50 over runs) at the profiled batch size. Latency = comm + comp "
         "(gather of the kept features, copies, forward); e2e adds sampling. "
         f"{times}: the service time (e2e) of a request of that many nodes, from "
@@ -153,7 +151,7 @@ def _variant_section(
         "one batch (gathered inputs, activations, outputs), from torch's profiler memory "
         "accounting on the CPU or `torch.cuda.max_memory_allocated` on CUDA."
     )
-    lines[-1] += (
+    text += (
         " Axes: fanouts per layer (dotted), hidden width, precision, and the variant it derives "
         "from (– for a trained one). Accuracy: validation, with its 95% interval over the "
         "evaluation nodes in brackets; width: the width of its paired 95% interval against the "
@@ -161,6 +159,13 @@ def _variant_section(
         "paired difference (section 2). Dominated by: a variant the router prefers at every "
         "tolerance and load (section 4; – on the frontier)."
     )
+    return text
+
+
+def _variant_section(
+    val: pd.DataFrame, test: pd.DataFrame, frontier: pd.DataFrame, view: RouterView
+) -> list[str]:
+    lines = ["## 1. Variants", "", _variant_intro()]
     test_acc = test.drop_duplicates("variant").set_index("variant")["accuracy"]
     by_id = frontier.set_index("variant")
     widths = paired_width(val)

@@ -164,18 +164,7 @@ def exact_pass(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose {' or '.join(BACKENDS)}")
-    if variant_id.endswith(EXACT_SUFFIX):
-        raise ConfigError(
-            f"{variant_id} is already precomputed; name its base variant "
-            f"{variant_id[: -len(EXACT_SUFFIX)]}"
-        )
-    loaded = repo.load(store.name, variant_id)
-    manifest, model = loaded.manifest, loaded.model
-    if manifest.num_features != store.num_features:
-        raise ArtifactError(
-            f"variant {variant_id} was trained on {manifest.num_features} features, "
-            f"{store.name} has {store.num_features}"
-        )
+    manifest, model = _trained_variant(store, repo, variant_id)
     rowptr, col, x, version = _graph(store, state_dir)
     keep = torch.as_tensor(manifest.kept_features, dtype=torch.long)
     features = x.index_select(1, keep) if state_dir is not None else store.feature_subset(keep)
@@ -202,16 +191,46 @@ def exact_pass(
     )
     if compare:
         for split, nodes in (("val", store.val_idx), ("test", store.test_idx)):
-            if not nodes.numel():
-                continue
-            num, den = score_parts(out.logits[nodes], store.y[nodes])
-            run.accuracy[split] = {
-                "exact": 100.0 * metric(num, den),
-                "sampled": _sampled_accuracy(
-                    store, (rowptr, col), model, features, manifest, nodes
-                ),
-            }
+            if nodes.numel():
+                run.accuracy[split] = _accuracies(
+                    store, (rowptr, col), model, features, manifest, out.logits, nodes
+                )
     return run
+
+
+def _trained_variant(store: Any, repo: VariantRepository, variant_id: str) -> tuple[Any, Any]:
+    """``(manifest, model)`` of a trained variant of ``store`` (a precomputed one, or one
+    trained on other features, is refused)."""
+    if variant_id.endswith(EXACT_SUFFIX):
+        raise ConfigError(
+            f"{variant_id} is already precomputed; name its base variant "
+            f"{variant_id[: -len(EXACT_SUFFIX)]}"
+        )
+    loaded = repo.load(store.name, variant_id)
+    manifest = loaded.manifest
+    if manifest.num_features != store.num_features:
+        raise ArtifactError(
+            f"variant {variant_id} was trained on {manifest.num_features} features, "
+            f"{store.name} has {store.num_features}"
+        )
+    return manifest, loaded.model
+
+
+def _accuracies(
+    store: Any,
+    graph: tuple[torch.Tensor, torch.Tensor],
+    model: Any,
+    features: torch.Tensor,
+    manifest: Any,
+    logits: torch.Tensor,
+    nodes: torch.Tensor,
+) -> dict[str, float]:
+    """The exact pass's accuracy on ``nodes`` (from its ``logits``) and the sampled pass's."""
+    num, den = score_parts(logits[nodes], store.y[nodes])
+    return {
+        "exact": 100.0 * metric(num, den),
+        "sampled": _sampled_accuracy(store, graph, model, features, manifest, nodes),
+    }
 
 
 def write_parquet(run: ExactRun, path: Path | str) -> Path:

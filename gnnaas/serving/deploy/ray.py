@@ -329,6 +329,20 @@ def run_ray(
     )
     start_ray(address=address, num_cpus=num_cpus, host=host, port=port)
     check_fits(len(targets) - 1, autoscale[0] if autoscale else replicas, replica_cpus)
+    _deploy(targets, name, replica_cpus, place_timeout_s, start_timeout_s, stop)
+    return f"http://{host}:{port}{route_prefix.rstrip('/')}"
+
+
+def _deploy(
+    targets: list[serve.RunTarget],
+    name: str,
+    replica_cpus: float,
+    place_timeout_s: float,
+    start_timeout_s: float,
+    stop: Callable[[], bool] | None,
+) -> None:
+    """Deploys the applications ``targets`` (of :func:`build_apps`) and waits until each runs
+    and the catalog has heard from each; on any failure they are deleted again."""
     serve.run_many(
         targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False
     )
@@ -344,7 +358,6 @@ def run_ray(
         delete_apps(name)
         raise
     _wait_reported(name, [t.name for t in targets[1:]], timeout_s=30.0)
-    return f"http://{host}:{port}{route_prefix.rstrip('/')}"
 
 
 def run_asgi_app(

@@ -317,6 +317,43 @@ def datasets_from_args(args: dict[str, Any]) -> serve.Application:
 # -- the Serve config file -----------------------------------------------------------------------
 
 
+def _catalog_config(name: str, values: dict[str, Any], plans: list[AppPlan]) -> dict[str, Any]:
+    """The config's catalog application: the one route to every dataset application."""
+    return {
+        "name": name,
+        "route_prefix": "/",
+        "import_path": f"{__name__}:catalog_from_args",
+        "args": {"settings": values, "apps": {p.name: list(p.datasets) for p in plans}},
+        "deployments": [
+            {"name": CATALOG_DEPLOYMENT, "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}}
+        ],
+    }
+
+
+def _dataset_config(
+    plan: AppPlan,
+    catalog: str,
+    values: dict[str, Any],
+    replica: dict[str, Any],
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """The config's application of ``plan``'s datasets: its arguments (the settings, the
+    ``replica`` arguments) and its deployment's ``options``."""
+    return {
+        "name": plan.name,
+        "route_prefix": plan.route_prefix,
+        "import_path": f"{__name__}:datasets_from_args",
+        "args": {
+            "settings": values,
+            "datasets": list(plan.datasets),
+            "mount": plan.mount,
+            "catalog": catalog,
+            **replica,
+        },
+        "deployments": [{"name": DATASET_DEPLOYMENT, **options}],
+    }
+
+
 def serve_config(
     settings: Settings,
     *,
@@ -360,41 +397,15 @@ def serve_config(
             values[key] = str(Path(values[key]).resolve())
     values["datasets"] = datasets
     plans = plan_apps(datasets, name=name, one_app=one_app)
+    replica = {
+        "replicas": replicas,
+        "autoscale": f"{autoscale[0]}:{autoscale[1]}" if autoscale else None,
+        "replica_cpus": replica_cpus,
+        "max_ongoing_requests": max_ongoing_requests,
+    }
     options = _replica_options(replicas, autoscale, replica_cpus, max_ongoing_requests)
-    applications: list[dict[str, Any]] = [
-        {
-            "name": name,
-            "route_prefix": "/",
-            "import_path": f"{__name__}:catalog_from_args",
-            "args": {"settings": values, "apps": {p.name: list(p.datasets) for p in plans}},
-            "deployments": [
-                {
-                    "name": CATALOG_DEPLOYMENT,
-                    "num_replicas": 1,
-                    "ray_actor_options": {"num_cpus": 0},
-                }
-            ],
-        }
-    ]
-    for plan in plans:
-        applications.append(
-            {
-                "name": plan.name,
-                "route_prefix": plan.route_prefix,
-                "import_path": f"{__name__}:datasets_from_args",
-                "args": {
-                    "settings": values,
-                    "datasets": list(plan.datasets),
-                    "mount": plan.mount,
-                    "catalog": name,
-                    "replicas": replicas,
-                    "autoscale": f"{autoscale[0]}:{autoscale[1]}" if autoscale else None,
-                    "replica_cpus": replica_cpus,
-                    "max_ongoing_requests": max_ongoing_requests,
-                },
-                "deployments": [{"name": DATASET_DEPLOYMENT, **options}],
-            }
-        )
+    applications = [_catalog_config(name, values, plans)]
+    applications += [_dataset_config(plan, name, values, replica, options) for plan in plans]
     config = {
         "proxy_location": "EveryNode",
         "http_options": {"host": host, "port": port},
