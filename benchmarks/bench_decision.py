@@ -14,7 +14,11 @@ and times ``Router.select`` for requests of 1 and 64 nodes at tolerances 0, 1, 2
 Each figure is the median over ``--rounds`` rounds of ``--decisions`` back-to-back decisions, on
 the CPU clock of the deciding thread (``time.thread_time``): the busy lanes' running batch
 computes in another thread meanwhile, and on a machine of few cores the wall clock would count
-the time that thread takes the core from the decisions. The
+the time that thread takes the core from the decisions. Beside each figure, the function calls
+one decision makes (Python functions and builtins, as ``cProfile`` counts them over a twentieth
+of ``--decisions`` more): the same on every machine and every run on the same frontier, so a
+change to the decision's code shows in it where the timing's noise (on a small, shared VM, a
+third or more from run to run) would hide it. The
 page also gives how many variants the dataset has, how many are on the frontier (routed) and
 how many each tolerance admits. The goal (issue 25): at most ~10 µs per decision, whatever the
 number of variants.
@@ -30,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import os
+import pstats
 import sys
 import time
 from dataclasses import replace
@@ -64,27 +70,45 @@ CLOCKS = {
 GOAL_US = 10.0
 
 
-def _time_select(router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: int) -> float:
-    """Median over ``rounds`` of the mean CPU µs of the deciding thread over ``n`` decisions
-    (the stream kept as is), each
-    given the request's node ids as the predict route gives them (a precomputed variant's pick
-    checks them)."""
+def _time_select(
+    router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: int
+) -> tuple[float, int]:
+    """Median over ``rounds`` of the mean CPU µs of the deciding thread over ``n`` decisions,
+    and the function calls of one (:func:`_calls`), each decision given the request's node ids
+    as the predict route gives them (a precomputed variant's pick checks them) and the stream's
+    variant put back after each round (every round decides from the same state)."""
     import torch
 
     select, last = router.select, router._gen.current
     ids = torch.arange(min(nodes, ds.num_nodes))
     current = last.get(ds.name)
+
+    def put_back() -> None:
+        if current is None:
+            last.pop(ds.name, None)
+        else:
+            last[ds.name] = current
+
     per_round = []
     for _ in range(rounds):
         start = time.thread_time()
         for _ in range(n):
             select(ds, nodes, tolerance=tol, nodes=ids)
         per_round.append((time.thread_time() - start) / n * 1e6)
-        if current is None:
-            last.pop(ds.name, None)
-        else:
-            last[ds.name] = current
-    return median(per_round)
+        put_back()
+    calls = _calls(select, ds, nodes, tol, ids, n // 20 or 1)
+    put_back()
+    return median(per_round), calls
+
+
+def _calls(select: Any, ds: Any, nodes: int, tol: float, ids: Any, n: int) -> int:
+    """Function calls per decision (``cProfile``'s count over ``n`` decisions)."""
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(n):
+        select(ds, nodes, tolerance=tol, nodes=ids)
+    profile.disable()
+    return round(pstats.Stats(profile).total_calls / n)
 
 
 async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> dict[str, Any]:
@@ -113,11 +137,13 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
             "admitted": {str(t): len(router.admissible(ds, t)) for t in TOLERANCES},
             "idle": {},
             "busy": {},
+            "calls": {"idle": {}, "busy": {}},
         }
         for tol in TOLERANCES:
             for size in SIZES:
-                us = _time_select(router, ds, size, tol, args.decisions, args.rounds)
+                us, calls = _time_select(router, ds, size, tol, args.decisions, args.rounds)
                 out["idle"][f"{tol:g}/{size}"] = round(us, 2)
+                out["calls"]["idle"][f"{tol:g}/{size}"] = calls
         # A backlog on the slowest routed variant: one batch running, the rest queued.
         slowest = max(ds.candidates, key=lambda c: c.service.predict(64)).variant_id
         ids = torch.arange(min(ds.num_nodes, 64))
@@ -136,8 +162,9 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
         }
         for tol in TOLERANCES:
             for size in SIZES:
-                us = _time_select(router, ds, size, tol, args.decisions, args.rounds)
+                us, calls = _time_select(router, ds, size, tol, args.decisions, args.rounds)
                 out["busy"][f"{tol:g}/{size}"] = round(us, 2)
+                out["calls"]["busy"][f"{tol:g}/{size}"] = calls
         busy_state["still_queued_nodes"] = lane.batcher.queued_nodes
         out["backlog"] = busy_state
         await asyncio.gather(*backlog)
@@ -158,7 +185,14 @@ def render(results: dict[str, Any]) -> str:
         + CLOCKS[results.get("clock", "wall")]
         + "). **idle**: nothing queued or "
         "running; **busy**: a backlog queued on the slowest routed variant with one batch "
-        f"running. Goal: ≤ ~{GOAL_US:g} µs whatever the number of variants.",
+        f"running. Goal: ≤ ~{GOAL_US:g} µs whatever the number of variants."
+        + (
+            " In parentheses: the function calls one decision makes (Python functions and "
+            "builtins, as `cProfile` counts them), the same on any machine: a change to the "
+            "decision's code shows in them through the timing's noise."
+            if any("calls" in d for d in results["datasets"].values())
+            else ""
+        ),
         "",
         f"Reproduce: `{results['command']}`",
         "",
@@ -177,9 +211,13 @@ def render(results: dict[str, Any]) -> str:
             "| busy, 64 nodes |",
             "|---:|---:|---:|---:|---:|---:|",
         ]
+        calls = d.get("calls", {})  # pages before the counts have none
         for tol in TOLERANCES:
             cells = [
-                f"{d[state][f'{tol:g}/{size}']:.1f}" for state in ("idle", "busy") for size in SIZES
+                f"{d[state][f'{tol:g}/{size}']:.1f}"
+                + (f" ({calls[state][f'{tol:g}/{size}']})" if calls else "")
+                for state in ("idle", "busy")
+                for size in SIZES
             ]
             lines.append(f"| {tol:g} | {d['admitted'][str(tol)]} | " + " | ".join(cells) + " |")
         lines.append("")

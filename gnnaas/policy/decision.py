@@ -50,6 +50,7 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Protocol
 
@@ -146,10 +147,16 @@ class RequestSpec:
         left = (at - now) * 1e3
         return left if slo is None else min(slo, left)
 
-    @property
+    @cached_property
     def effective_tolerance(self) -> float:
-        """The tolerance applied (:func:`effective_tolerance`)."""
+        """The tolerance applied (:func:`effective_tolerance`), computed once (a decision table
+        keeps the spec of a request without targets, which every such decision reads)."""
         return effective_tolerance(self.tolerance, self.slo_ms, self.deadline_at)
+
+    @cached_property
+    def targeted(self) -> bool:
+        """Whether it has an SLO or a deadline (:meth:`target_ms` is not ``None``)."""
+        return self.slo_ms is not None or self.deadline_at is not None
 
 
 def effective_tolerance(
@@ -528,7 +535,7 @@ class DecisionTable:
             for the request are skipped unless every admissible one is full.
         """
         entry = self._set(request.effective_tolerance, computed_only)
-        target = request.target_ms(now)
+        target = request.target_ms(now) if request.targeted else None
         if target is None:
             if len(entry.ids) == 1:  # nothing to compare
                 return self._kept(entry, entry.ids[0])

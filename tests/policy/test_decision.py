@@ -238,6 +238,28 @@ def test_slo_alone_sees_the_load() -> None:
 
 
 @pytest.mark.parametrize(
+    ("spec", "targeted", "target", "tolerance"),
+    [
+        (RequestSpec(1), False, None, 0.0),
+        (RequestSpec(1, 2.0), False, None, 2.0),
+        (RequestSpec(1, slo_ms=15.0), True, 15.0, math.inf),
+        (RequestSpec(1, 1.0, deadline_at=10.02), True, 20.0, 1.0),
+        (RequestSpec(1, slo_ms=15.0, deadline_at=10.02), True, 15.0, math.inf),
+    ],
+)
+def test_request_spec_target_and_tolerance(
+    spec: RequestSpec, targeted: bool, target: float | None, tolerance: float
+) -> None:
+    """What a decision reads of a request: whether it aims at a time, which (at now = 10 s),
+    and the tolerance applied; the spec stays a value (equal specs hash alike once read)."""
+    assert spec.targeted is targeted
+    assert spec.target_ms(10.0) == pytest.approx(target)
+    assert spec.effective_tolerance == tolerance
+    twin = RequestSpec(spec.num_nodes, spec.tolerance, spec.slo_ms, spec.deadline_at)
+    assert spec == twin and hash(spec) == hash(twin)
+
+
+@pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"tolerance": -1.0}, "tolerance"),

@@ -777,13 +777,23 @@ class _Load:
     decision needs it, then once: the stream's variant and the room of a busy lane are read
     directly, the full :meth:`Router.decision_load` on the first :meth:`snapshot`."""
 
-    __slots__ = ("_snapshot", "dataset", "now", "num_nodes", "priority", "router")
+    __slots__ = (
+        "_snapshot",
+        "dataset",
+        "max_batch_nodes",
+        "now",
+        "num_nodes",
+        "priority",
+        "router",
+    )
 
     def __init__(
         self, router: Router, dataset: ServedDataset, num_nodes: int, priority: str, now: float
     ) -> None:
         self.router, self.dataset, self.num_nodes = router, dataset, num_nodes
         self.priority, self.now = priority, now
+        self.max_batch_nodes: int = router.settings.max_batch_nodes
+        """The largest batch a lane runs."""
         self._snapshot: LoadSnapshot | None = None
 
     @property
@@ -796,15 +806,10 @@ class _Load:
         """Nothing runs or waits on the device."""
         return not self.router._busy
 
-    @property
-    def max_batch_nodes(self) -> int:
-        """The largest batch a lane runs."""
-        return self.router.settings.max_batch_nodes
-
     def alone(self, lookup: bool) -> float:
         """The device's slowdown for this request's batch alone (a lookup's with ``lookup``)."""
-        router = self.router
-        return router.slowdown.at(min(self.num_nodes, router.settings.max_batch_nodes), lookup)
+        nodes, cap = self.num_nodes, self.max_batch_nodes
+        return self.router.slowdown.at(nodes if nodes < cap else cap, lookup)
 
     def room(self, variant_id: str) -> int | None:
         """The room of ``variant_id``'s lane for this request's priority while it has work."""

@@ -18,10 +18,10 @@ _MAX_ERROR = 0.25  # one batch's log error against its prediction counts at most
 _SIZE_BUCKETS = 6  # batch sizes around 1, 4, 16, 64, 256 and 1,024 nodes and more
 
 
-def _bucket(nodes: int) -> int:
-    """The size bucket of a batch of ``nodes`` nodes: the nearest power of 4 (2 to 7 nodes go
-    with 4, 8 to 31 with 16, ...), the last bucket taking every size from 512 on."""
-    return min(nodes.bit_length() >> 1, _SIZE_BUCKETS - 1)
+# The size bucket of a batch of ``nodes`` nodes is _BUCKET_BY_BITS[nodes.bit_length()]: the
+# nearest power of 4 (2 to 7 nodes go with 4, 8 to 31 with 16, ...), the last bucket taking every
+# size from 512 on. A table, because every decision reads a bucket.
+_BUCKET_BY_BITS = tuple(min(bits >> 1, _SIZE_BUCKETS - 1) for bits in range(65))
 
 
 class Slowdown:
@@ -69,7 +69,7 @@ class Slowdown:
     def at(self, nodes: int, lookup: bool = False) -> float:
         """The factor a batch of ``nodes`` nodes is predicted with (``lookup``: a precomputed
         variant's)."""
-        return self.factor * self._shapes[lookup][_bucket(nodes)]
+        return self.factor * self._shapes[lookup][_BUCKET_BY_BITS[nodes.bit_length()]]
 
     def observe(
         self, duration_ms: float, predicted_ms: float, nodes: int = 1, lookup: bool = False
@@ -78,7 +78,7 @@ class Slowdown:
         ``predicted_ms`` (``lookup``: a precomputed variant's)."""
         if not predicted_ms > 0 or not math.isfinite(duration_ms):
             return
-        b, shape = _bucket(nodes), self._shapes[lookup]
+        b, shape = _BUCKET_BY_BITS[nodes.bit_length()], self._shapes[lookup]
         ratio = duration_ms / (predicted_ms * self.factor * shape[b])
         error = min(max(math.log(ratio), -_MAX_ERROR), _MAX_ERROR) if ratio > 0 else -_MAX_ERROR
         if lookup:
