@@ -428,8 +428,8 @@ class _Admissible:
         self.any_lookup = any(self.lookup)
         self.mixed = self.any_lookup and not all(self.lookup)  # lookups and computed batches
         self.fastest = fastest_everywhere(admitted)
-        # the idle device's choice per (request size, batch cap): its index
-        self.idle: dict[tuple[int, int | None], int] = {}
+        # the idle device's choice per (request size, batch cap): its index and profiled time
+        self.idle: dict[tuple[int, int | None], tuple[int, float]] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
         self.service: dict[tuple[int, int | None], list[float]] = {}
         self.kept: dict[str, Selection] = {}  # a choice that read no load
@@ -574,15 +574,15 @@ class DecisionTable:
             band = min(scored) * (1.0 + self.tie_margin)
             i = next(i for i, p in enumerate(scored) if p <= band)  # the most accurate tie
             return Selection(entry.ids[i], scored[i], 0.0, None, entry.ids)
-        i = entry.idle.get((num_nodes, cap))
-        if i is None:
+        hit = entry.idle.get((num_nodes, cap))
+        if hit is None:
             if len(entry.idle) >= _SIZES_KEPT:
                 entry.idle.clear()
             chosen = self._timed(entry, num_nodes, None, LoadSnapshot(max_batch_nodes=cap))
-            i = entry.idle[(num_nodes, cap)] = entry.ids.index(chosen.variant_id)
-        predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * self._service(
-            entry, num_nodes, cap
-        )[i]
+            i = entry.ids.index(chosen.variant_id)
+            hit = entry.idle[(num_nodes, cap)] = (i, self._service(entry, num_nodes, cap)[i])
+        i, profiled = hit
+        predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * profiled
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
     def _service(self, entry: _Admissible, stream_nodes: int, cap: int | None) -> list[float]:

@@ -780,6 +780,7 @@ class _Load:
     __slots__ = (
         "_snapshot",
         "dataset",
+        "idle",
         "max_batch_nodes",
         "now",
         "num_nodes",
@@ -794,17 +795,14 @@ class _Load:
         self.priority, self.now = priority, now
         self.max_batch_nodes: int = router.settings.max_batch_nodes
         """The largest batch a lane runs."""
+        self.idle: bool = not router._busy
+        """Nothing runs or waits on the device."""
         self._snapshot: LoadSnapshot | None = None
 
     @property
     def current(self) -> str | None:
         """The variant the dataset's stream is on."""
         return self.router._gen.current.get(self.dataset.name)
-
-    @property
-    def idle(self) -> bool:
-        """Nothing runs or waits on the device."""
-        return not self.router._busy
 
     def alone(self, lookup: bool) -> float:
         """The device's slowdown for this request's batch alone (a lookup's with ``lookup``)."""
