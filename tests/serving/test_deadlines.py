@@ -5,6 +5,7 @@ the clock while the model is held, whatever the machine's speed."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -412,6 +413,44 @@ def test_an_answer_ready_after_its_deadline_is_discarded_with_504() -> None:
     assert model.calls == seen + 1  # computed, not sent
     assert 'gnnaas_admission_total{dataset="toy",outcome="late",priority="normal"} 1.0' in metrics
     assert 'outcome="admitted"' not in metrics
+
+
+def test_a_high_miss_sheds_lower_priorities_with_a_deadline_high_and_no_deadline_pass() -> None:
+    """A high answer discarded as late cuts normal and low (none admitted before: to nothing,
+    briefly): the next low request with a deadline gets 503 as shed for higher priorities, the
+    one after it is refused by the edge (its body never read); high and a request without a
+    deadline are served, and low again once its rate grew back."""
+    registry, models = make_toy_registry(_scaled(100))
+    pin = "sage-full-1x"
+    model = models[pin]
+    clock = FakeClock()
+    app = create_app(Settings(**SETTINGS), registry=registry, clock=clock)
+    with TestClient(app) as client, held(model) as gate, ThreadPoolExecutor(1) as pool:
+        late = pool.submit(
+            _post, client, [7], **{"X-Variant": pin, "X-Deadline-Ms": "1500", "X-Priority": "high"}
+        )
+        assert model.entered.wait(5)
+        clock.advance(1.6)
+        gate.set()
+        assert late.result().status_code == 504
+        low = {"X-Variant": pin, "X-Deadline-Ms": "5000", "X-Priority": "low"}
+        first = _post(client, [1], **low)
+        second = client.post(URL, content=b"never read", headers=low)  # else 422
+        high = _post(client, [3], **{**low, "X-Priority": "high"})
+        plain = _post(client, [4], **{"X-Variant": pin, "X-Priority": "low"})
+        metrics = client.get("/metrics").text
+        clock.advance(5.0)  # the cut rate grew back
+        again = _post(client, [5], **low)
+    assert [r.status_code for r in (first, second, high, plain, again)] == [503, 503, 200, 200, 200]
+    assert first.json() == second.json()  # the edge's refusal is admission's
+    assert first.json()["detail"].startswith(
+        "low-priority requests with a deadline are shed while high-priority ones miss theirs"
+    )
+    assert first.headers["Retry-After"] == second.headers["Retry-After"]
+    shed = 'gnnaas_admission_total{dataset="toy",outcome="shed_evicted",priority="low"} 2.0'
+    assert shed in metrics
+    router = app.state.router
+    assert router.lower.limit("toy", "low", clock.now()) < math.inf  # still kept, grown back
 
 
 def test_every_priority_is_served_at_light_load_and_counted(

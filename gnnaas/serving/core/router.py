@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,7 @@ from gnnaas.serving.core.generation import (
 from gnnaas.serving.core.lane import Lane
 from gnnaas.serving.core.looplag import ComputeTime, LoopLag
 from gnnaas.serving.core.metrics import QueueDepth, ServingMetrics
+from gnnaas.serving.core.protect import LowerRates
 from gnnaas.serving.core.registry import ServedDataset, ServingVariant, VariantRegistry
 from gnnaas.serving.core.settings import Settings
 from gnnaas.serving.core.shedding import Asked, Shed, ShedBook, shed_outcome
@@ -171,6 +173,7 @@ class Router:
         self._drains: set[asyncio.Future[None]] = set()  # retired generations still draining
         self._reloading = asyncio.Lock()  # one reload at a time: each numbers the next generation
         self.shed = ShedBook()  # admission's refusals that still hold (the edge applies them)
+        self.lower = LowerRates()  # the rates of normal and low kept while high misses
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
@@ -277,6 +280,7 @@ class Router:
         gen.current.update((d, v) for d, v in old.current.items() if (d, v) in gen.lanes)
         self._gen = gen
         self.shed.clear()  # made on the old lanes' load
+        self.lower.clear()
         self.metrics.generation.set(gen.number)
         for dataset, variant in old.lanes.keys() - gen.lanes.keys():
             self.metrics.untrack_drift(dataset, variant)
@@ -581,6 +585,7 @@ class Router:
             )
         except DeadlineExceeded:
             self.metrics.admitted(dataset.name, priority, "expired")
+            self._high_missed(dataset.name, priority, deadline_ms)
             raise
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
@@ -611,6 +616,7 @@ class Router:
             over_ms = (self.clock.now() - answer_by) * 1e3
             if over_ms > 0:
                 self.metrics.admitted(dataset, priority, "late")
+                self._high_missed(dataset, priority, deadline_ms)
                 met_ms = (arrival + deadline_ms / 1e3 - answer_by) * 1e3
                 raise late_answer(
                     deadline_ms,
@@ -696,10 +702,13 @@ class Router:
         lag_ms: float,
     ) -> None:
         """The deadline admission of a request (:func:`.deadlines.admit`) under its effective
-        ``tolerance``, counted when shed; it reads the load its decision read (measured then, or
-        now if it was not). ``lag_ms``: the event loop's lag ``left_ms`` already counts."""
+        ``tolerance``, then, for normal and low, their rate kept while high misses
+        (:mod:`.protect`); counted when shed. It reads the load its decision read (measured
+        then, or now if it was not). ``lag_ms``: the event loop's lag ``left_ms`` already
+        counts."""
         dataset, priority, num_nodes = load.dataset, load.priority, load.num_nodes
         size = min(num_nodes, self.settings.max_batch_nodes)
+        pinned = variant.variant_id if selection is None else None
         try:
             admit(
                 variant,
@@ -717,6 +726,7 @@ class Router:
             )
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
+            self._high_missed(dataset.name, priority, deadline_ms)
             hold_s = exc.hold_s
             lag, now = self.loop_lag, self.clock.now()
             if lag is not None and priority != "high" and 0 < hold_s <= lag_ms / 1e3:
@@ -724,14 +734,34 @@ class Router:
                 # refusal, and it reads the same until its window ends.
                 hold_s = max(hold_s, lag.settles_in(now))
             if hold_s > 0:
-                until = self.clock.now() + hold_s
-                pinned = variant.variant_id if selection is None else None
-                shed = Shed(until, exc, deadline_ms, tolerance, pinned)
+                shed = Shed(now + hold_s, exc, deadline_ms, tolerance, pinned)
                 self.shed.record(dataset.name, priority, shed)
             raise
         except UnmeetableDeadline:
             self.metrics.admitted(dataset.name, priority, "unmeetable")
             raise
+        now = self.clock.now()
+        wait_s = self.lower.wait_s(dataset.name, priority, now)
+        if wait_s > 0:
+            exc = OverloadedError(
+                f"{priority}-priority requests with a deadline are shed while high-priority "
+                "ones miss theirs; retry later or raise X-Priority",
+                self.settings.retry_after_s,
+                cause="evicted",
+                hold_s=wait_s,
+            )
+            self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
+            # Every request of the priority with a deadline, until the next may pass.
+            self.shed.record(
+                dataset.name, priority, Shed(now + wait_s, exc, math.inf, math.inf, pinned)
+            )
+            raise exc
+
+    def _high_missed(self, dataset: str, priority: str, deadline_ms: float | None) -> None:
+        """A request of ``priority`` missed its deadline: when high, normal and low are cut
+        (:mod:`.protect`)."""
+        if priority == "high" and deadline_ms is not None:
+            self.lower.missed(dataset, self.clock.now(), deadline_ms / 1e3)
 
     def _fastest_alone(
         self,

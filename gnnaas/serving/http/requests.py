@@ -24,6 +24,7 @@ import orjson
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError, UnmeetableDeadline
 from gnnaas.policy import LOSS_MARGIN
 from gnnaas.serving.core.deadlines import SLACK_SHARES, share_words
+from gnnaas.serving.core.protect import CUT, RECOVERY_S
 from gnnaas.serving.core.queues import AGING_S, PRIORITIES
 
 __all__ = [
@@ -83,7 +84,9 @@ HEADER_DOCS: dict[str, str] = {
         "requests are shed first, then normal ones (503 + Retry-After); with X-Deadline-Ms a "
         f"normal request may wait {share_words(SLACK_SHARES[1])} of its slack (deadline minus "
         f"its service), a low one {share_words(SLACK_SHARES[2])}, so that a high one still "
-        "makes its deadline."
+        "makes its deadline; and each time a high one misses its deadline, the rate of low "
+        f"requests with a deadline admitted is cut to {CUT['low']:.0%}, that of normal ones to "
+        f"{CUT['normal']:.0%}, growing back over {RECOVERY_S:g} s."
     ),
 }
 """What each request header of ``POST /v1/datasets/{d}/predict`` means (OpenAPI,

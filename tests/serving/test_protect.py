@@ -1,0 +1,92 @@
+"""The rates of normal and low requests kept while high-priority ones miss their deadlines.
+
+Pure logic on given times: no clock, no sleeps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gnnaas.serving.core.protect import CUT, RECOVERY_S, LowerRates
+
+
+def _admit_at(rates: LowerRates, rps: float, start: float, seconds: float) -> float:
+    """Offers normal and low requests at ``rps`` each from ``start``; returns the end time."""
+    now, step = start, 1.0 / rps
+    while now < start + seconds:
+        rates.wait_s("d", "normal", now)
+        rates.wait_s("d", "low", now)
+        now += step
+    return now
+
+
+def test_without_a_high_miss_nothing_is_limited() -> None:
+    rates = LowerRates()
+    now = _admit_at(rates, 500.0, 0.0, 2.0)
+    assert all(rates.wait_s("d", p, now) == 0.0 for p in ("high", "normal", "low"))
+    assert rates.limit("d", "low", now) == math.inf
+
+
+def test_a_high_miss_cuts_low_harder_than_normal_from_their_admitted_rates() -> None:
+    rates = LowerRates()
+    now = _admit_at(rates, 200.0, 0.0, 3.0)
+    assert rates.missed("d", now, 0.02)
+    assert rates.limit("d", "low", now) == pytest.approx(CUT["low"] * 200.0, rel=0.05)
+    assert rates.limit("d", "normal", now) == pytest.approx(CUT["normal"] * 200.0, rel=0.05)
+    assert CUT["low"] < CUT["normal"] < 1.0
+    assert rates.limit("other", "low", now) == math.inf  # per dataset
+    assert rates.wait_s("d", "high", now) == 0.0  # never limited
+
+
+def test_misses_of_requests_already_on_their_way_count_as_one_cut() -> None:
+    rates = LowerRates()
+    now = _admit_at(rates, 200.0, 0.0, 3.0)
+    assert rates.missed("d", now, 0.02)
+    cut = rates.limit("d", "low", now)
+    assert not rates.missed("d", now + 0.039, 0.02)  # within two deadlines
+    assert rates.limit("d", "low", now + 0.039) > cut  # growing back, not cut again
+    assert rates.missed("d", now + 0.041, 0.02)  # a later one cuts again
+    assert rates.limit("d", "low", now + 0.041) < 0.8 * cut
+
+
+def test_a_limited_priority_passes_at_its_rate_and_waits_for_the_next() -> None:
+    rates = LowerRates()
+    now = _admit_at(rates, 200.0, 0.0, 3.0)
+    rates.missed("d", now, 0.02)
+    limit = rates.limit("d", "low", now)
+    wait = rates.wait_s("d", "low", now)
+    assert wait == pytest.approx(1.0 / limit, rel=0.05)  # the next token
+    assert rates.wait_s("d", "low", now + wait * 1.01) == 0.0  # passes then
+    assert rates.wait_s("d", "low", now + wait * 1.01) > 0.0  # and the next waits again
+    # Over a second at its limit, about the limit passes.
+    passed, t = 0, now + 0.1
+    while t < now + 1.1:
+        passed += rates.wait_s("d", "low", t) == 0.0
+        t += 0.001
+    assert passed == pytest.approx(limit + 0.5 * (limit / CUT["low"]) / RECOVERY_S, rel=0.15)
+
+
+def test_a_cut_rate_grows_back_by_its_rate_before_the_cut_in_the_recovery_time() -> None:
+    rates = LowerRates()
+    now = _admit_at(rates, 200.0, 0.0, 3.0)
+    rates.missed("d", now, 0.02)
+    cut = rates.limit("d", "normal", now)
+    before = cut / CUT["normal"]
+    assert rates.limit("d", "normal", now + RECOVERY_S) == pytest.approx(cut + before, rel=0.01)
+
+
+def test_a_priority_cut_to_nothing_is_refused_briefly_and_comes_back() -> None:
+    rates = LowerRates()
+    rates.missed("d", 10.0, 0.02)  # no low request admitted before: its limit is 0
+    assert rates.limit("d", "low", 10.0) == 0.0
+    assert 0.0 < rates.wait_s("d", "low", 10.0) <= 0.1  # admission decides again soon
+    assert rates.wait_s("d", "low", 10.0 + RECOVERY_S) == 0.0
+
+
+def test_clear_forgets_every_limit() -> None:
+    rates = LowerRates()
+    rates.missed("d", 0.0, 0.02)
+    rates.clear()
+    assert rates.limit("d", "low", 0.0) == math.inf
+    assert rates.wait_s("d", "low", 0.0) == 0.0
