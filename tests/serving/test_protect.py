@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from gnnaas.serving.core.protect import CUT, RECOVERY_S, LowerRates
+from gnnaas.serving.core.protect import CUT, LAG_SHARE, RECOVERY_S, LowerRates
 
 
 def _admit_at(rates: LowerRates, rps: float, start: float, seconds: float) -> float:
@@ -31,7 +31,7 @@ def test_without_a_high_miss_nothing_is_limited() -> None:
 def test_a_high_miss_cuts_low_harder_than_normal_from_their_admitted_rates() -> None:
     rates = LowerRates()
     now = _admit_at(rates, 200.0, 0.0, 3.0)
-    assert rates.missed("d", now, 0.02)
+    assert rates.missed("d", now, 0.02, 0.01)
     assert rates.limit("d", "low", now) == pytest.approx(CUT["low"] * 200.0, rel=0.05)
     assert rates.limit("d", "normal", now) == pytest.approx(CUT["normal"] * 200.0, rel=0.05)
     assert CUT["low"] < CUT["normal"] < 1.0
@@ -39,21 +39,31 @@ def test_a_high_miss_cuts_low_harder_than_normal_from_their_admitted_rates() -> 
     assert rates.wait_s("d", "high", now) == 0.0  # never limited
 
 
+def test_a_miss_the_event_loop_took_little_of_does_not_cut() -> None:
+    """The device's own load made it miss (admission predicts that): cutting normal and low
+    would not help it."""
+    rates = LowerRates()
+    now = _admit_at(rates, 200.0, 0.0, 3.0)
+    assert not rates.missed("d", now, 0.02, LAG_SHARE * 0.02 * 0.9)
+    assert rates.limit("d", "low", now) == math.inf
+    assert rates.missed("d", now, 0.02, LAG_SHARE * 0.02)
+
+
 def test_misses_of_requests_already_on_their_way_count_as_one_cut() -> None:
     rates = LowerRates()
     now = _admit_at(rates, 200.0, 0.0, 3.0)
-    assert rates.missed("d", now, 0.02)
+    assert rates.missed("d", now, 0.02, 0.01)
     cut = rates.limit("d", "low", now)
-    assert not rates.missed("d", now + 0.039, 0.02)  # within two deadlines
+    assert not rates.missed("d", now + 0.039, 0.02, 0.01)  # within two deadlines
     assert rates.limit("d", "low", now + 0.039) > cut  # growing back, not cut again
-    assert rates.missed("d", now + 0.041, 0.02)  # a later one cuts again
+    assert rates.missed("d", now + 0.041, 0.02, 0.01)  # a later one cuts again
     assert rates.limit("d", "low", now + 0.041) < 0.8 * cut
 
 
 def test_a_limited_priority_passes_at_its_rate_and_waits_for_the_next() -> None:
     rates = LowerRates()
     now = _admit_at(rates, 200.0, 0.0, 3.0)
-    rates.missed("d", now, 0.02)
+    rates.missed("d", now, 0.02, 0.01)
     limit = rates.limit("d", "low", now)
     wait = rates.wait_s("d", "low", now)
     assert wait == pytest.approx(1.0 / limit, rel=0.05)  # the next token
@@ -70,7 +80,7 @@ def test_a_limited_priority_passes_at_its_rate_and_waits_for_the_next() -> None:
 def test_a_cut_rate_grows_back_by_its_rate_before_the_cut_in_the_recovery_time() -> None:
     rates = LowerRates()
     now = _admit_at(rates, 200.0, 0.0, 3.0)
-    rates.missed("d", now, 0.02)
+    rates.missed("d", now, 0.02, 0.01)
     cut = rates.limit("d", "normal", now)
     before = cut / CUT["normal"]
     assert rates.limit("d", "normal", now + RECOVERY_S) == pytest.approx(cut + before, rel=0.01)
@@ -78,7 +88,7 @@ def test_a_cut_rate_grows_back_by_its_rate_before_the_cut_in_the_recovery_time()
 
 def test_a_priority_cut_to_nothing_is_refused_briefly_and_comes_back() -> None:
     rates = LowerRates()
-    rates.missed("d", 10.0, 0.02)  # no low request admitted before: its limit is 0
+    rates.missed("d", 10.0, 0.02, 0.01)  # no low request admitted before: its limit is 0
     assert rates.limit("d", "low", 10.0) == 0.0
     assert 0.0 < rates.wait_s("d", "low", 10.0) <= 0.1  # admission decides again soon
     assert rates.wait_s("d", "low", 10.0 + RECOVERY_S) == 0.0
@@ -86,7 +96,7 @@ def test_a_priority_cut_to_nothing_is_refused_briefly_and_comes_back() -> None:
 
 def test_clear_forgets_every_limit() -> None:
     rates = LowerRates()
-    rates.missed("d", 0.0, 0.02)
+    rates.missed("d", 0.0, 0.02, 0.01)
     rates.clear()
     assert rates.limit("d", "low", 0.0) == math.inf
     assert rates.wait_s("d", "low", 0.0) == 0.0

@@ -10,8 +10,10 @@ deadlines before the queue shows anything (``benchmarks/results/deadlines-1node*
 So admission also holds a rate for the normal and the low requests with a deadline of each
 dataset, moved by the one signal that matters (additive increase, multiplicative decrease): a
 high-priority request that misses its deadline (expired in the queue, answered late, or shed at
-admission) cuts the rate of low to :data:`CUT`\\ [``low``] of what it was admitted at, and that
-of normal to :data:`CUT`\\ [``normal``] of its own (low first, then normal); the misses of requests
+admission) while the event loop's lag took a share of it (:data:`LAG_SHARE`; a miss on a device
+busy with its own batches is what admission predicts, and cutting the lower priorities would not
+help it) cuts the rate of low to :data:`CUT`\\ [``low``] of what it was admitted at, and that of
+normal to :data:`CUT`\\ [``normal``] of its own (low first, then normal); the misses of requests
 already on their way when it cut (within twice the missed request's deadline) count as that one.
 Each rate then grows back by what it was admitted at before the cut in :data:`RECOVERY_S`, so a
 load that returns to what overloaded the loop is probed again, not at once. Without a miss there
@@ -29,13 +31,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CUT", "RATE_WINDOW_S", "RECOVERY_S", "LowerRates"]
+__all__ = ["CUT", "LAG_SHARE", "RATE_WINDOW_S", "RECOVERY_S", "LowerRates"]
 
 CUT = {"normal": 0.75, "low": 0.5}
 """What a high-priority miss leaves of each lower priority's admitted rate."""
 RECOVERY_S = 8.0
 """Seconds for a cut rate to grow back by what it was admitted at before the cut."""
 RATE_WINDOW_S = 0.5
+LAG_SHARE = 0.25
+"""A high-priority miss cuts only when the event loop's lag its deadline counted took at least
+this share of the deadline: what the loop's work costs is what admission does not see."""
 """Time constant of the measured admitted rate (an exponentially weighted rate)."""
 _BURST_S = 0.02  # a limited priority may pass this many seconds' worth of requests at once
 _MIN_RISE = 10.0  # requests per second a limit grows back by in RECOVERY_S, at least
@@ -118,11 +123,14 @@ class LowerRates:
         stream.at = now
         return 0.0
 
-    def missed(self, dataset: str, now: float, deadline_s: float) -> bool:
-        """A high-priority request of ``dataset`` with a deadline of ``deadline_s`` missed it at
-        ``now``: cuts the lower priorities' rates, unless a cut less than two ``deadline_s``
-        ago already counted the requests then on their way. Returns whether it cut."""
-        if now < self._calm_at.get(dataset, -math.inf):
+    def missed(self, dataset: str, now: float, deadline_s: float, lag_s: float) -> bool:
+        """A high-priority request of ``dataset`` with a deadline of ``deadline_s``, of which
+        the event loop's lag took ``lag_s``, missed it at ``now``: cuts the lower priorities'
+        rates, unless the lag took less than :data:`LAG_SHARE` of the deadline (the device's
+        own load made it miss, which admission predicts) or a cut less than two
+        ``deadline_s`` ago already counted the requests then on their way. Returns whether it
+        cut."""
+        if lag_s < LAG_SHARE * deadline_s or now < self._calm_at.get(dataset, -math.inf):
             return False
         self._calm_at[dataset] = now + _CALM_DEADLINES * deadline_s
         for priority, cut in CUT.items():

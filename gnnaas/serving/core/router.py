@@ -554,9 +554,11 @@ class Router:
         num_nodes, now = len(nodes), self.clock.now()
         arrival = now if arrived is None else arrived
         expires = answer_by = left_ms = None
+        lag_ms = 0.0  # the event loop's lag its deadline counts
         if deadline_ms is not None:
             expires, answer_by = self._expires(deadline_ms, arrival, priority)
             left_ms = (expires - now) * 1e3
+            lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
         selection: Selection | None
         if pinned is not None:
             variant, selection = _pinned(dataset, pinned), None
@@ -567,7 +569,6 @@ class Router:
             )
         if expires is not None and left_ms is not None and deadline_ms is not None:
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
-            lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
         lane = self._gen.lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
@@ -585,7 +586,7 @@ class Router:
             )
         except DeadlineExceeded:
             self.metrics.admitted(dataset.name, priority, "expired")
-            self._high_missed(dataset.name, priority, deadline_ms)
+            self._high_missed(dataset.name, priority, deadline_ms, lag_ms)
             raise
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
@@ -593,9 +594,13 @@ class Router:
                 scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
                 self._shed_until_room(lane, exc, priority, scope, pinned)
             raise
-        return self._answered(
-            out, variant, selection, dataset.name, priority, deadline_ms, answer_by, arrival
-        )
+        try:
+            return self._answered(
+                out, variant, selection, dataset.name, priority, deadline_ms, answer_by, arrival
+            )
+        except DeadlineExceeded:  # late: discarded
+            self._high_missed(dataset.name, priority, deadline_ms, lag_ms)
+            raise
 
     def _answered(
         self,
@@ -616,7 +621,6 @@ class Router:
             over_ms = (self.clock.now() - answer_by) * 1e3
             if over_ms > 0:
                 self.metrics.admitted(dataset, priority, "late")
-                self._high_missed(dataset, priority, deadline_ms)
                 met_ms = (arrival + deadline_ms / 1e3 - answer_by) * 1e3
                 raise late_answer(
                     deadline_ms,
@@ -726,7 +730,7 @@ class Router:
             )
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
-            self._high_missed(dataset.name, priority, deadline_ms)
+            self._high_missed(dataset.name, priority, deadline_ms, lag_ms)
             hold_s = exc.hold_s
             lag, now = self.loop_lag, self.clock.now()
             if lag is not None and priority != "high" and 0 < hold_s <= lag_ms / 1e3:
@@ -757,11 +761,13 @@ class Router:
             )
             raise exc
 
-    def _high_missed(self, dataset: str, priority: str, deadline_ms: float | None) -> None:
-        """A request of ``priority`` missed its deadline: when high, normal and low are cut
-        (:mod:`.protect`)."""
+    def _high_missed(
+        self, dataset: str, priority: str, deadline_ms: float | None, lag_ms: float
+    ) -> None:
+        """A request of ``priority`` whose deadline counted ``lag_ms`` of the event loop's lag
+        missed it: when high, normal and low may be cut (:mod:`.protect`)."""
         if priority == "high" and deadline_ms is not None:
-            self.lower.missed(dataset, self.clock.now(), deadline_ms / 1e3)
+            self.lower.missed(dataset, self.clock.now(), deadline_ms / 1e3, lag_ms / 1e3)
 
     def _fastest_alone(
         self,

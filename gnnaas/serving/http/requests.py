@@ -24,7 +24,7 @@ import orjson
 from gnnaas.errors import ConfigError, DeadlineExceeded, OverloadedError, UnmeetableDeadline
 from gnnaas.policy import LOSS_MARGIN
 from gnnaas.serving.core.deadlines import SLACK_SHARES, share_words
-from gnnaas.serving.core.protect import CUT, RECOVERY_S
+from gnnaas.serving.core.protect import CUT, LAG_SHARE, RECOVERY_S
 from gnnaas.serving.core.queues import AGING_S, PRIORITIES
 
 __all__ = [
@@ -84,7 +84,8 @@ HEADER_DOCS: dict[str, str] = {
         "requests are shed first, then normal ones (503 + Retry-After); with X-Deadline-Ms a "
         f"normal request may wait {share_words(SLACK_SHARES[1])} of its slack (deadline minus "
         f"its service), a low one {share_words(SLACK_SHARES[2])}, so that a high one still "
-        "makes its deadline; and each time a high one misses its deadline, the rate of low "
+        "makes its deadline; and each time a high one misses its deadline while the event "
+        f"loop's lag took {share_words(LAG_SHARE)} of it or more, the rate of low "
         f"requests with a deadline admitted is cut to {CUT['low']:.0%}, that of normal ones to "
         f"{CUT['normal']:.0%}, growing back over {RECOVERY_S:g} s."
     ),
