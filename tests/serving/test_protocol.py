@@ -69,16 +69,24 @@ def _head(headers: dict[str, str], length: int) -> bytes:
     return "\r\n".join(lines).encode()
 
 
+def _received(conn: socket.socket) -> bytes:
+    """What ``conn`` has next; a connection the server closed fails the test (no spinning)."""
+    data = conn.recv(65536)
+    if not data:
+        raise ConnectionError("the server closed the connection before a whole response")
+    return data
+
+
 def _response(conn: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 response with a Content-Length, read off ``conn``."""
     data = b""
     while b"\r\n\r\n" not in data:
-        data += conn.recv(65536)
+        data += _received(conn)
     head, _, body = data.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
     while len(body) < int(headers["content-length"]):
-        body += conn.recv(65536)
+        body += _received(conn)
     return int(status_line.split()[1]), headers, body
 
 

@@ -13,11 +13,12 @@ high-priority request that misses its deadline (expired in the queue, answered l
 admission) while the event loop's lag took a share of it (:data:`LAG_SHARE`; a miss on a device
 busy with its own batches is what admission predicts, and cutting the lower priorities would not
 help it) cuts the rate of low to :data:`CUT`\\ [``low``] of what it was admitted at, and that of
-normal to :data:`CUT`\\ [``normal``] of its own (low first, then normal); the misses of requests
+normal to :data:`CUT`\\ [``normal``] of its own (low harder than normal); the misses of requests
 already on their way when it cut (within twice the missed request's deadline) count as that one.
 Each rate then grows back by what it was admitted at before the cut in :data:`RECOVERY_S`, so a
-load that returns to what overloaded the loop is probed again, not at once. Without a miss there
-is no limit; without high-priority traffic there is never one.
+load that returns to what overloaded the loop is probed again, not at once, and a limit grown to
+twice what is admitted is lifted. Without a miss there is no limit; without high-priority traffic
+there is never one.
 
 A request over its priority's rate is refused as shed for higher-priority traffic (503, cause
 ``evicted``); the router writes the refusal in its shed book until the next request of that
@@ -37,13 +38,14 @@ CUT = {"normal": 0.75, "low": 0.5}
 """What a high-priority miss leaves of each lower priority's admitted rate."""
 RECOVERY_S = 8.0
 """Seconds for a cut rate to grow back by what it was admitted at before the cut."""
-RATE_WINDOW_S = 0.5
+RATE_WINDOW_S = 1.0
+"""Time constant of the measured admitted rate (an exponentially weighted rate)."""
 LAG_SHARE = 0.25
 """A high-priority miss cuts only when the event loop's lag its deadline counted took at least
 this share of the deadline: what the loop's work costs is what admission does not see."""
-"""Time constant of the measured admitted rate (an exponentially weighted rate)."""
 _BURST_S = 0.02  # a limited priority may pass this many seconds' worth of requests at once
-_MIN_RISE = 10.0  # requests per second a limit grows back by in RECOVERY_S, at least
+_MIN_RATE = 10.0  # requests per second a cut starts from and a limit grows back by, at least
+_LIFTED = 2.0  # a limit this many times the admitted rate no longer limits: it is lifted
 _MAX_WAIT_S = 0.1  # a refusal holds at most this long: admission then decides again
 # Misses within this many of the missed request's deadlines after a cut count as that cut: the
 # requests then on their way (in the queue, or waiting for the loop to read them) were admitted
@@ -67,7 +69,8 @@ class _Stream:
         return self.rate * math.exp(-(now - self.at) / RATE_WINDOW_S)
 
     def advance(self, now: float) -> None:
-        """Grows the limit back and refills the tokens up to ``now``."""
+        """Grows the limit back and refills the tokens up to ``now``; a limit grown to well
+        above what is admitted is lifted."""
         dt = now - self.filled
         if dt <= 0 or math.isinf(self.limit):
             self.filled = max(self.filled, now)
@@ -75,6 +78,8 @@ class _Stream:
         self.limit += self.rise * dt
         self.tokens = min(self.tokens + self.limit * dt, max(1.0, self.limit * _BURST_S))
         self.filled = now
+        if self.limit > _LIFTED * max(self.measured(now), _MIN_RATE):
+            self.limit, self.rise = math.inf, 0.0
 
 
 class LowerRates:
@@ -136,10 +141,11 @@ class LowerRates:
         for priority, cut in CUT.items():
             stream = self._stream(dataset, priority)
             stream.advance(now)
-            admitted = stream.measured(now)
-            before = min(stream.limit, admitted)
+            # From what was admitted (a loop that stalled admitted little: at least a floor),
+            # growing back at least as fast as after the first cut of this episode.
+            before = max(min(stream.limit, stream.measured(now)), _MIN_RATE)
             stream.limit = cut * before
-            stream.rise = max(before, _MIN_RISE) / RECOVERY_S
+            stream.rise = max(stream.rise, before / RECOVERY_S)
             stream.tokens = min(stream.tokens, 1.0)
             stream.filled = now
         return True

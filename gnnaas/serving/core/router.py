@@ -567,19 +567,10 @@ class Router:
             variant, selection, load = self._decide(
                 dataset, num_nodes, tolerance, slo_ms, nodes, left_ms, priority, now
             )
+        scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
         if expires is not None and left_ms is not None and deadline_ms is not None:
-            scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
-        lane = self._gen.lanes.get((dataset.name, variant.variant_id))
-        if lane is None or lane.dataset is not dataset:
-            # `dataset` is from a registry a reload has replaced: its caller awaited something
-            # between looking it up and calling this (the predict route never does).
-            raise OverloadedError(
-                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
-                "retry",
-                self.settings.retry_after_s,
-                cause="stopping",
-            )
+        lane = self._served_lane(dataset, variant)
         try:
             out = await lane.batcher.submit(
                 ExecRequest(nodes, output), num_nodes, priority=priority, expires=expires
@@ -591,16 +582,35 @@ class Router:
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
             if exc.cause in ("queue_full", "evicted"):  # until a batch makes room
-                scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
                 self._shed_until_room(lane, exc, priority, scope, pinned)
             raise
-        try:
-            return self._answered(
-                out, variant, selection, dataset.name, priority, deadline_ms, answer_by, arrival
+        return self._answered(
+            out,
+            variant,
+            selection,
+            dataset.name,
+            priority,
+            (deadline_ms, answer_by, lag_ms),
+            arrival,
+        )
+
+    def _served_lane(self, dataset: ServedDataset, variant: ServingVariant) -> Lane:
+        """``variant``'s lane, serving ``dataset``.
+
+        Raises:
+            OverloadedError: ``dataset`` is from a registry a reload has replaced: its caller
+                awaited something between looking it up and routing (the predict route never
+                does).
+        """
+        lane = self._gen.lanes.get((dataset.name, variant.variant_id))
+        if lane is None or lane.dataset is not dataset:
+            raise OverloadedError(
+                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
+                "retry",
+                self.settings.retry_after_s,
+                cause="stopping",
             )
-        except DeadlineExceeded:  # late: discarded
-            self._high_missed(dataset.name, priority, deadline_ms, lag_ms)
-            raise
+        return lane
 
     def _answered(
         self,
@@ -609,18 +619,21 @@ class Router:
         selection: Selection | None,
         dataset: str,
         priority: str,
-        deadline_ms: float | None,
-        answer_by: float | None,
+        deadline: tuple[float | None, float | None, float],
         arrival: float,
     ) -> Prediction:
         """The prediction a computed batch's ``out`` answers, counted as admitted; an answer
         ready after the request's deadline (``answer_by``: nothing is left to wait for but its
-        writing) is discarded instead (a late answer is worth nothing). ``arrival``: when the
-        request reached the app, its deadline counted from there less the lag it met."""
+        writing) is discarded instead (a late answer is worth nothing). ``deadline``: the
+        request's ``(deadline_ms, answer_by, lag_ms)``, the last the loop's lag its deadline
+        counted; ``arrival``: when the request reached the app, its deadline counted from there
+        less the lag it met."""
+        deadline_ms, answer_by, lag_ms = deadline
         if answer_by is not None and deadline_ms is not None:  # set together
             over_ms = (self.clock.now() - answer_by) * 1e3
             if over_ms > 0:
                 self.metrics.admitted(dataset, priority, "late")
+                self._high_missed(dataset, priority, deadline_ms, lag_ms)
                 met_ms = (arrival + deadline_ms / 1e3 - answer_by) * 1e3
                 raise late_answer(
                     deadline_ms,
