@@ -10,11 +10,12 @@ deadlines before the queue shows anything (``benchmarks/results/deadlines-1node*
 So admission also holds a rate for the normal and the low requests with a deadline of each
 dataset, moved by the one signal that matters (additive increase, multiplicative decrease): a
 high-priority request that misses its deadline (expired in the queue, answered late, or shed at
-admission) while the event loop's lag took a share of it (:data:`LAG_SHARE`; a miss on a device
-busy with its own batches is what admission predicts, and cutting the lower priorities would not
-help it) cuts the rate of low to :data:`CUT`\\ [``low``] of what it was admitted at, and that of
-normal to :data:`CUT`\\ [``normal``] of its own (low harder than normal); the misses of requests
-already on their way when it cut (within twice the missed request's deadline) count as that one.
+admission) while the event loop's recent lag beyond computing is a share of it
+(:data:`LAG_SHARE`; a miss on a device busy with its own batches is what admission predicts, and
+cutting the lower priorities would not help it) cuts the rate of low to :data:`CUT`\\ [``low``]
+of what it was admitted at, and that of normal to :data:`CUT`\\ [``normal``] of its own (low
+harder than normal); the misses of requests already on their way when it cut (within twice the
+missed request's deadline) count as that one.
 Each rate then grows back by what it was admitted at before the cut in :data:`RECOVERY_S`, so a
 load that returns to what overloaded the loop is probed again, not at once, and a limit grown to
 twice what is admitted is lifted. Without a miss there is no limit; without high-priority traffic
@@ -41,8 +42,9 @@ RECOVERY_S = 8.0
 RATE_WINDOW_S = 1.0
 """Time constant of the measured admitted rate (an exponentially weighted rate)."""
 LAG_SHARE = 0.25
-"""A high-priority miss cuts only when the event loop's lag its deadline counted took at least
-this share of the deadline: what the loop's work costs is what admission does not see."""
+"""A high-priority miss cuts only when the event loop's recent lag beyond the device's computing
+(its own work: reading, deciding, answering) is at least this share of the deadline: that work is
+what admission does not see; a batch's time it predicts."""
 _BURST_S = 0.02  # a limited priority may pass this many seconds' worth of requests at once
 _MIN_RATE = 10.0  # requests per second a cut starts from and a limit grows back by, at least
 _LIFTED = 2.0  # a limit this many times the admitted rate no longer limits: it is lifted
@@ -129,10 +131,10 @@ class LowerRates:
         return 0.0
 
     def missed(self, dataset: str, now: float, deadline_s: float, lag_s: float) -> bool:
-        """A high-priority request of ``dataset`` with a deadline of ``deadline_s``, of which
-        the event loop's lag took ``lag_s``, missed it at ``now``: cuts the lower priorities'
-        rates, unless the lag took less than :data:`LAG_SHARE` of the deadline (the device's
-        own load made it miss, which admission predicts) or a cut less than two
+        """A high-priority request of ``dataset`` with a deadline of ``deadline_s`` missed it at
+        ``now``, the event loop's recent lag beyond computing being ``lag_s``: cuts the lower
+        priorities' rates, unless that lag is under :data:`LAG_SHARE` of the deadline (the
+        device's own load made it miss, which admission predicts) or a cut less than two
         ``deadline_s`` ago already counted the requests then on their way. Returns whether it
         cut."""
         if lag_s < LAG_SHARE * deadline_s or now < self._calm_at.get(dataset, -math.inf):

@@ -554,11 +554,9 @@ class Router:
         num_nodes, now = len(nodes), self.clock.now()
         arrival = now if arrived is None else arrived
         expires = answer_by = left_ms = None
-        lag_ms = 0.0  # the event loop's lag its deadline counts
         if deadline_ms is not None:
             expires, answer_by = self._expires(deadline_ms, arrival, priority)
             left_ms = (expires - now) * 1e3
-            lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
         selection: Selection | None
         if pinned is not None:
             variant, selection = _pinned(dataset, pinned), None
@@ -569,6 +567,7 @@ class Router:
             )
         scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
         if expires is not None and left_ms is not None and deadline_ms is not None:
+            lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
         lane = self._served_lane(dataset, variant)
         try:
@@ -577,7 +576,7 @@ class Router:
             )
         except DeadlineExceeded:
             self.metrics.admitted(dataset.name, priority, "expired")
-            self._high_missed(dataset.name, priority, deadline_ms, lag_ms)
+            self._high_missed(dataset.name, priority, deadline_ms)
             raise
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
@@ -590,7 +589,8 @@ class Router:
             selection,
             dataset.name,
             priority,
-            (deadline_ms, answer_by, lag_ms),
+            deadline_ms,
+            answer_by,
             arrival,
         )
 
@@ -619,21 +619,19 @@ class Router:
         selection: Selection | None,
         dataset: str,
         priority: str,
-        deadline: tuple[float | None, float | None, float],
+        deadline_ms: float | None,
+        answer_by: float | None,
         arrival: float,
     ) -> Prediction:
         """The prediction a computed batch's ``out`` answers, counted as admitted; an answer
         ready after the request's deadline (``answer_by``: nothing is left to wait for but its
-        writing) is discarded instead (a late answer is worth nothing). ``deadline``: the
-        request's ``(deadline_ms, answer_by, lag_ms)``, the last the loop's lag its deadline
-        counted; ``arrival``: when the request reached the app, its deadline counted from there
-        less the lag it met."""
-        deadline_ms, answer_by, lag_ms = deadline
+        writing) is discarded instead (a late answer is worth nothing). ``arrival``: when the
+        request reached the app, its deadline counted from there less the lag it met."""
         if answer_by is not None and deadline_ms is not None:  # set together
             over_ms = (self.clock.now() - answer_by) * 1e3
             if over_ms > 0:
                 self.metrics.admitted(dataset, priority, "late")
-                self._high_missed(dataset, priority, deadline_ms, lag_ms)
+                self._high_missed(dataset, priority, deadline_ms)
                 met_ms = (arrival + deadline_ms / 1e3 - answer_by) * 1e3
                 raise late_answer(
                     deadline_ms,
@@ -743,7 +741,7 @@ class Router:
             )
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
-            self._high_missed(dataset.name, priority, deadline_ms, lag_ms)
+            self._high_missed(dataset.name, priority, deadline_ms)
             hold_s = exc.hold_s
             lag, now = self.loop_lag, self.clock.now()
             if lag is not None and priority != "high" and 0 < hold_s <= lag_ms / 1e3:
@@ -774,13 +772,15 @@ class Router:
             )
             raise exc
 
-    def _high_missed(
-        self, dataset: str, priority: str, deadline_ms: float | None, lag_ms: float
-    ) -> None:
-        """A request of ``priority`` whose deadline counted ``lag_ms`` of the event loop's lag
-        missed it: when high, normal and low may be cut (:mod:`.protect`)."""
-        if priority == "high" and deadline_ms is not None:
-            self.lower.missed(dataset, self.clock.now(), deadline_ms / 1e3, lag_ms / 1e3)
+    def _high_missed(self, dataset: str, priority: str, deadline_ms: float | None) -> None:
+        """A request of ``priority`` missed its deadline: when high, normal and low may be cut
+        (:mod:`.protect`), by the event loop's recent lag beyond the device's computing (the
+        loop's own work, which admission does not predict; a batch's it does)."""
+        lag = self.loop_lag
+        if priority == "high" and deadline_ms is not None and lag is not None:
+            now = self.clock.now()
+            beyond_s = lag.behind_s(now, beyond_computing=True)
+            self.lower.missed(dataset, now, deadline_ms / 1e3, beyond_s)
 
     def _fastest_alone(
         self,

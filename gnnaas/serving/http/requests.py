@@ -85,7 +85,8 @@ HEADER_DOCS: dict[str, str] = {
         f"normal request may wait {share_words(SLACK_SHARES[1])} of its slack (deadline minus "
         f"its service), a low one {share_words(SLACK_SHARES[2])}, so that a high one still "
         "makes its deadline; and each time a high one misses its deadline while the event "
-        f"loop's lag took {share_words(LAG_SHARE)} of it or more, the rate of low "
+        f"loop's recent lag beyond computing is {share_words(LAG_SHARE)} of it or more, the "
+        "rate of low "
         f"requests with a deadline admitted is cut to {CUT['low']:.0%}, that of normal ones to "
         f"{CUT['normal']:.0%}, growing back over {RECOVERY_S:g} s."
     ),
