@@ -33,6 +33,12 @@ def toy() -> Iterator[tuple[TestClient, Router, dict[str, FakeModel]]]:
         yield client, app.state.router, models
 
 
+def _fake_clock(router: Router) -> FakeClock:
+    """The router's clock, a test's fake one (the ``toy`` app's)."""
+    assert isinstance(router.clock, FakeClock)
+    return router.clock
+
+
 def _post(client: TestClient, nodes: list[int], **headers: str) -> httpx.Response:
     return client.post(URL, json={"nodes": nodes}, headers=headers)
 
@@ -341,8 +347,7 @@ def test_the_routers_computing_time_is_each_batch_on_its_clock(
     toy: tuple[TestClient, Router, dict[str, FakeModel]],
 ) -> None:
     client, core, models = toy
-    clock = core.clock
-    assert isinstance(clock, FakeClock)
+    clock = _fake_clock(core)
     pin = "sage-full-1x"
     before = core.computing.total(clock.now())
     with held(models[pin]) as gate, ThreadPoolExecutor(1) as pool:
@@ -360,8 +365,7 @@ def test_a_request_held_in_the_queue_past_its_deadline_gets_504_and_its_batch_ru
     toy: tuple[TestClient, Router, dict[str, FakeModel]],
 ) -> None:
     client, core, models = toy
-    clock = core.clock
-    assert isinstance(clock, FakeClock)
+    clock = _fake_clock(core)
     pin = "sage-full-1x"
     model = models[pin]
     lane = core.lane("toy", pin)

@@ -149,7 +149,6 @@ class LowerRates:
             stream.limit = cut * before
             stream.rise = max(stream.rise, before / RECOVERY_S)
             stream.tokens = min(stream.tokens, 1.0)
-            stream.filled = now
         return True
 
     def clear(self) -> None:
