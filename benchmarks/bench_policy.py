@@ -43,9 +43,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -75,8 +75,10 @@ from common import (
     trivial_cmd,
     wait_idle,
 )
-from loadgen import ServerProcess, StepSpec, free_port, run_closed
-from measure import Policy, overhead, sustained_interleaved
+from h2load import INSTALL
+from h2load import available as h2load_available
+from loadgen import ServerProcess, free_port
+from measure import Policy, overhead, run_slice, sustained_interleaved
 
 __all__ = ["main", "render"]
 
@@ -138,16 +140,13 @@ def prerun_rates(
     url: str, bodies: list[bytes], ids: Sequence[str], args: argparse.Namespace
 ) -> dict[str, float]:
     """Closed-loop throughput of each variant pinned, one short step at the top concurrency."""
-    rates = {}
-    for vid in ids:
-        spec = StepSpec(
-            rate_rps=0.0,
-            duration_s=args.prerun_s,
-            max_requests=args.step_max_requests,
-            concurrency=max(args.concurrency),
-        )
-        rates[vid] = asyncio.run(run_closed(url, bodies, {"X-Variant": vid}, spec)).throughput_rps
-    return rates
+    top = max(args.concurrency)
+    return {
+        vid: run_slice(
+            url, bodies, Policy(vid, {"X-Variant": vid}, None), top, args.prerun_s, args, 0
+        ).throughput_rps
+        for vid in ids
+    }
 
 
 def _crossed(steps: list[dict[str, Any]], bound_ms: float) -> str:
@@ -194,7 +193,7 @@ def run(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     cmd = serve_cmd(plan.dataset, variants_dir, profiles_dir, port, args.device)
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(
-            ServerProcess(cmd, port, workdir / "policy-server.log", env=env)
+            ServerProcess(cmd, port, workdir / "policy-server.log", env=env, cpus=args.server_cpus)
         )
         route = f"/v1/datasets/{plan.dataset}/predict"
         url = f"{server.base_url}{route}"
@@ -206,8 +205,12 @@ def run(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             while tport == port:  # the ports are not held between the two calls
                 tport = free_port()
             log = workdir / "policy-trivial.log"
-            ceiling = stack.enter_context(ServerProcess(trivial_cmd(tport), tport, log))
+            ceiling = stack.enter_context(
+                ServerProcess(trivial_cmd(tport), tport, log, cpus=args.server_cpus)
+            )
             trivial = Policy("trivial-endpoint", {}, None, url=f"{ceiling.base_url}{route}")
+        if args.client_cpus is not None:  # this process and the clients it spawns
+            os.sched_setaffinity(0, args.client_cpus)
         listing = server.get_json(f"/v1/datasets/{plan.dataset}/variants")["variants"]
         variants = []
         for v in listing:
@@ -249,8 +252,7 @@ def run(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             say(f"size {size}: {len(pols)} policies, p99 bound {bound_ms:g} ms")
             # warm-up: every policy once, short
             for pol in pols:
-                spec = StepSpec(rate_rps=0.0, duration_s=0.5, max_requests=200, concurrency=2)
-                asyncio.run(run_closed(pol.url or url, bodies, pol.headers, spec))
+                run_slice(pol.url or url, bodies, pol, 2, 0.5, args, 0)
             repeats: list[dict[str, Any]] = []
             for r in range(args.repeats):
                 wait_idle(server, plan.dataset)
@@ -379,6 +381,21 @@ def matched(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _client_words(args: dict[str, Any]) -> str:
+    """Which client sent the steps, and on which cores it and the server ran."""
+    server, client = args.get("server_cpus"), args.get("client_cpus")
+    if args.get("client", "python") != "h2load" and server is None and client is None:
+        return "client and server on the same machine"
+    if args.get("client", "python") == "h2load":
+        words = "closed-loop steps from `h2load` (up to 16 processes, a body each)"
+    else:
+        words = "closed-loop steps from the benchmark's Python client"
+    server_on, client_on = (
+        "all cores" if c is None else "core " + ", ".join(map(str, c)) for c in (server, client)
+    )
+    return f"{words}, server on {server_on}, client on {client_on}"
+
+
 def render(results: dict[str, Any]) -> str:
     """``policy.md`` (or ``<name>.md``) from a run's results."""
     m, rows = results["machine"], results["check"]
@@ -386,8 +403,8 @@ def render(results: dict[str, Any]) -> str:
         f"# Router vs fixed choices ({results['dataset']})",
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')}"
-        f"{gpu_words(m, results['args'].get('device', 'cpu'))}; client and server on the same "
-        "machine; server on one torch thread.",
+        f"{gpu_words(m, results['args'].get('device', 'cpu'))}; {_client_words(results['args'])}"
+        "; server on one torch thread.",
         f"Command: `python benchmarks/bench_policy.py {results['args_line']}`.",
         "",
         "Sustained rate = closed-loop throughput (req/s) at which p99 reaches the bound "
@@ -642,6 +659,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="policy",
         help="results file stem: <name>.md and <name>.json (default: policy)",
     )
+    parser.add_argument(
+        "--client",
+        choices=("auto", "h2load", "python"),
+        default="auto",
+        help="the closed-loop client: h2load (nghttp2's C client, which keeps up with the server "
+        "on a core of its own), the Python asyncio client, or auto: h2load when installed "
+        "(default: auto)",
+    )
+    parser.add_argument(
+        "--server-cpus",
+        type=int,
+        nargs="+",
+        help="cores the server (and the trivial endpoint) may use (default: all)",
+    )
+    parser.add_argument(
+        "--client-cpus", type=int, nargs="+", help="cores the client may use (default: all)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the rule fails")
     parser.add_argument(
         "--render", metavar="JSON", help="only rewrite the .md beside a policy.json of a run"
@@ -649,6 +683,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.bound_ms) != len(args.sizes):
         parser.error("--bound-ms needs one value per --sizes value")
+    usable = os.sched_getaffinity(0)
+    for flag, cores in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
+        if cores is not None and not set(cores) <= usable:
+            parser.error(f"{flag}: cores {sorted(set(cores) - usable)} are not among this "
+                         f"machine's usable cores {sorted(usable)}")  # fmt: skip
+    if args.client == "auto":
+        args.client = "h2load" if h2load_available() else "python"
+    elif args.client == "h2load" and not h2load_available():
+        parser.error(f"--client h2load: h2load is not installed ({INSTALL})")
     if args.render:
         render_saved(args.render, render)
         return 0

@@ -27,14 +27,17 @@ import math
 import shutil
 import subprocess
 import tempfile
+import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen import StepResult, StepSpec
 
-__all__ = ["INSTALL", "available", "drive_h2load", "read_log"]
+__all__ = ["INSTALL", "available", "drive_h2load", "read_log", "run_closed_h2load", "served_counts"]
 
 INSTALL = "apt-get install nghttp2-client  # Debian, Ubuntu: h2load"
 """How to install the client."""
@@ -112,6 +115,83 @@ def drive_h2load(
                 procs.append((proc, log))
             runs.append(procs)
         return [_result(spec, procs) for (_, spec), procs in zip(streams, runs, strict=True)]
+
+
+def _closed_command(
+    url: str, body: Path, headers: dict[str, str], connections: int, duration_s: float, log: Path
+) -> list[str]:
+    """``connections`` connections with one request in flight each, for ``duration_s``."""
+    cmd = ["h2load", "--h1", "-c", str(connections), "-m", "1", "-t", "1"]
+    cmd += ["-D", f"{max(1, round(duration_s * 1000))}ms", "-d", str(body), "--log-file", str(log)]
+    for name, value in {"Content-Type": "application/json", **headers}.items():
+        cmd += ["-H", f"{name}: {value}"]
+    return [*cmd, url]
+
+
+def served_counts(metrics_url: str) -> Counter[str]:
+    """Answers per variant so far (``gnnaas_requests_total`` of the server's ``/metrics``)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        return _served_in(resp.read().decode())
+
+
+def _served_in(text: str) -> Counter[str]:
+    """Answers per variant in a ``/metrics`` text."""
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != "gnnaas_requests":  # the parser drops a counter's ``_total``
+            continue
+        for sample in family.samples:
+            if sample.name == "gnnaas_requests_total":
+                counts[sample.labels["variant"]] += int(sample.value)
+    return counts
+
+
+def run_closed_h2load(
+    url: str,
+    bodies: Sequence[bytes],
+    headers: dict[str, str],
+    spec: StepSpec,
+    *,
+    processes: int = 16,
+    cpus: set[int] | None = None,
+    metrics_url: str | None = None,
+) -> StepResult:
+    """A closed-loop step from ``h2load``: ``spec.concurrency`` connections, each with one
+    request in flight, for ``spec.duration_s``.
+
+    The connections are spread over up to ``processes`` processes, each sending its own body (a
+    distinct draw, as :func:`drive_h2load`'s streams), so a batch merges different nodes. With
+    ``metrics_url`` (a gnnaas server's ``/metrics``), the answers per variant are the counters'
+    difference across the step (nothing else is sent to that server meanwhile), since ``h2load``
+    reads no answer's headers.
+
+    Raises:
+        RuntimeError: ``h2load`` is not installed, or a process failed.
+    """
+    if not available():
+        raise RuntimeError(f"h2load is not installed; {INSTALL}")
+    k = max(1, min(processes, spec.concurrency, len(bodies)))
+    conns = [spec.concurrency // k + (1 if j < spec.concurrency % k else 0) for j in range(k)]
+    rng = np.random.default_rng(spec.seed)
+    picks = rng.choice(len(bodies), size=k, replace=False)
+    before = served_counts(metrics_url) if metrics_url else None
+    with tempfile.TemporaryDirectory(prefix="gnnaas-h2load-") as tmp:
+        procs = []
+        for j, (b, c) in enumerate(zip(picks, conns, strict=True)):
+            body, log = Path(tmp) / f"body-{j}.json", Path(tmp) / f"log-{j}.tsv"
+            body.write_bytes(bodies[int(b)])
+            proc = subprocess.Popen(
+                _closed_command(url, body, headers, c, spec.duration_s, log),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=None if cpus is None else (lambda: _pin(cpus)),
+            )
+            procs.append((proc, log))
+        result = _result(spec, procs)
+    if before is not None and metrics_url:
+        after = served_counts(metrics_url)
+        result.served = Counter({v: n - before[v] for v, n in after.items() if n > before[v]})
+    return result
 
 
 def _pin(cpus: set[int]) -> None:

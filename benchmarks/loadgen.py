@@ -137,6 +137,7 @@ class StepResult:
     server_timing: list[str | None]
     bodies: list[Any] = field(default_factory=list)
     client_cpu_s: float = math.nan  # CPU this (client) process used during the step
+    served: Counter[str] | None = None  # answers per variant, when not read from each answer
 
     @property
     def ok(self) -> np.ndarray:
@@ -176,6 +177,8 @@ class StepResult:
 
     def variants_served(self) -> Counter[str]:
         """How many successful answers each variant gave."""
+        if self.served is not None:
+            return Counter(self.served)
         ok = self.ok
         return Counter(v for v, good in zip(self.variant, ok, strict=True) if good and v)
 
@@ -203,6 +206,9 @@ class StepResult:
             [t for r in parts for t in r.server_timing],
             [b for r in parts for b in r.bodies],
             sum(r.client_cpu_s for r in parts),
+            sum((r.variants_served() for r in parts), Counter())
+            if any(r.served is not None for r in parts)
+            else None,
         )
 
     @classmethod

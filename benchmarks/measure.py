@@ -24,6 +24,7 @@ from typing import Any
 
 from gnnaas import stats
 
+from h2load import run_closed_h2load
 from loadgen import StepResult, StepSpec, run_closed, run_step
 
 __all__ = [
@@ -57,7 +58,9 @@ def run_slice(
     args: argparse.Namespace,
     part: int,
 ) -> StepResult:
-    """``duration_s`` of closed loop for ``policy`` at ``concurrency``."""
+    """``duration_s`` of closed loop for ``policy`` at ``concurrency``, from the client
+    ``args.client`` names (``h2load``: on the cores of ``args.client_cpus``, the answers per
+    variant read from a gnnaas server's ``/metrics``; otherwise this process's asyncio client)."""
     spec = StepSpec(
         rate_rps=0.0,
         duration_s=duration_s,
@@ -65,6 +68,17 @@ def run_slice(
         concurrency=concurrency,
         seed=concurrency * 100 + part,
     )
+    if getattr(args, "client", "python") == "h2load":
+        cpus = getattr(args, "client_cpus", None)
+        metrics = None if policy.url else url.split("/v1/", 1)[0] + "/metrics"
+        return run_closed_h2load(
+            url,
+            bodies,
+            policy.headers,
+            spec,
+            cpus=None if cpus is None else set(cpus),
+            metrics_url=metrics,
+        )
     return asyncio.run(run_closed(url, bodies, policy.headers, spec))
 
 

@@ -310,6 +310,35 @@ def test_h2load_logs_become_step_results(tmp_path: Path) -> None:
     assert result.share(503) == pytest.approx(1 / 3)
 
 
+def test_h2load_closed_steps_count_answers_per_variant_from_the_metrics(tmp_path: Path) -> None:
+    h2load = importlib.import_module("h2load")
+    loadgen = importlib.import_module("loadgen")
+    cmd = h2load._closed_command(
+        "http://127.0.0.1:1/p", tmp_path / "b", {"X-Variant": "v"}, 3, 0.75, tmp_path / "l"
+    )
+    assert cmd[cmd.index("-c") + 1] == "3" and cmd[cmd.index("-m") + 1] == "1"
+    assert cmd[cmd.index("-D") + 1] == "750ms" and "X-Variant: v" in cmd
+    text = (
+        "# TYPE gnnaas_requests_total counter\n"
+        'gnnaas_requests_total{dataset="Cora",variant="a"} 5.0\n'
+        'gnnaas_requests_total{dataset="Cora",variant="b@exact"} 2.0\n'
+        'gnnaas_nodes_total{dataset="Cora",variant="a"} 99.0\n'
+    )
+    assert h2load._served_in(text) == {"a": 5, "b@exact": 2}
+    spec = loadgen.StepSpec(rate_rps=0.0, duration_s=1.0, max_requests=10, concurrency=2)
+
+    def step(served: dict[str, int] | None) -> Any:
+        n = 2
+        return loadgen.StepResult(
+            spec, n, 1.0, np.ones(n), np.zeros(n), np.full(n, 200), ["x"] * n, [None] * n,
+            served=None if served is None else loadgen.Counter(served),
+        )  # fmt: skip
+
+    assert step(None).variants_served() == {"x": 2}  # read from each answer
+    merged = loadgen.StepResult.merged([step({"a": 2}), step({"a": 1, "b": 1})])
+    assert merged.variants_served() == {"a": 3, "b": 1}
+
+
 def _snapshot(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
