@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,7 @@ def sustained_interleaved(
     """
     steps: dict[str, list[dict[str, Any]]] = {p.key: [] for p in policies}
     live = list(policies)
+    started = time.monotonic()
     slice_s = args.step_s / args.slices
     for level, concurrency in enumerate(args.concurrency):
         parts: dict[str, list[StepResult]] = {p.key: [] for p in live}
@@ -132,6 +134,12 @@ def sustained_interleaved(
                 )
         for pol in live:
             steps[pol.key].append(merge_slices(parts[pol.key]))
+        print(
+            f"  concurrency {concurrency}: "
+            + ", ".join(f"{p.key} {steps[p.key][-1]['throughput_rps']:.0f}" for p in live)
+            + f" req/s ({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
         live = [
             p
             for p in live
