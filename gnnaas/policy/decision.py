@@ -418,6 +418,7 @@ class _Admissible:
         "kept",
         "lookup",
         "mixed",
+        "only",
         "service",
     )
 
@@ -433,6 +434,12 @@ class _Admissible:
         # profiled times for a stream of n nodes, per (n, batch cap)
         self.service: dict[tuple[int, int | None], list[float]] = {}
         self.kept: dict[str, Selection] = {}  # a choice that read no load
+        # the choice when one variant is admitted: nothing to compare, whatever the load
+        self.only: Selection | None = None
+        if len(self.ids) == 1:
+            self.only = self.kept[self.ids[0]] = Selection(
+                self.ids[0], math.nan, math.nan, None, self.ids
+            )
 
 
 class DecisionTable:
@@ -534,11 +541,13 @@ class DecisionTable:
             Selection: the chosen variant and its prediction. Variants whose queue has no room
             for the request are skipped unless every admissible one is full.
         """
-        entry = self._set(request.effective_tolerance, computed_only)
+        # the memo read here rather than through _set: a frame less on every decision
+        key = (request.effective_tolerance, computed_only)
+        entry = self._sets.get(key) or self._set(*key)
         target = request.target_ms(now) if request.targeted else None
         if target is None:
-            if len(entry.ids) == 1:  # nothing to compare
-                return self._kept(entry, entry.ids[0])
+            if entry.only is not None:  # nothing to compare
+                return entry.only
             if load.idle:
                 return self._idle(entry, request.num_nodes, load)
             current = load.current

@@ -438,8 +438,10 @@ def test_a_high_miss_the_loop_made_sheds_lower_priorities_with_a_deadline(
     plain = _post(client, [4], **{"X-Variant": pin, "X-Priority": "low"})
     metrics = client.get("/metrics").text
     assert 0.0 < router.lower.limit("toy", "low", clock.now()) < 10.0
+    assert 0.0 < _rate_limit(metrics, "low") < 10.0 and _rate_limit(metrics, "normal") < 10.0
     clock.advance(20.0)  # the lag's window passed, the cut rate grew back
     again = _post(client, [5], **low)
+    assert _rate_limit(client.get("/metrics").text, "low") == math.inf  # lifted
     statuses = [r.status_code for r in (missed, first, second, plain, again)]
     assert statuses == [503, 503, 503, 200, 200], [r.text for r in (missed, first, again)]
     assert first.json() == second.json()  # the edge's refusal is admission's
@@ -449,6 +451,13 @@ def test_a_high_miss_the_loop_made_sheds_lower_priorities_with_a_deadline(
     assert first.headers["Retry-After"] == second.headers["Retry-After"]
     shed = 'gnnaas_admission_total{dataset="toy",outcome="shed_evicted",priority="low"} 2.0'
     assert shed in metrics
+
+
+def _rate_limit(metrics: str, priority: str) -> float:
+    """The ``gnnaas_priority_rate_limit`` of ``priority`` on the toy dataset in a scrape."""
+    label = f'gnnaas_priority_rate_limit{{dataset="toy",priority="{priority}"}} '
+    line = next(x for x in metrics.splitlines() if x.startswith(label))
+    return float(line.removeprefix(label))
 
 
 def test_a_high_miss_the_loop_took_little_of_sheds_nothing_more(lagging: Lagging) -> None:

@@ -160,6 +160,13 @@ METRICS: dict[str, MetricDoc] = {
             "Reloads of variants and profiles, by outcome (ok, failed)",
         ),
         MetricDoc(
+            "gnnaas_priority_rate_limit",
+            "gauge",
+            ("dataset", "priority"),
+            "Requests per second of a lower priority (normal, low) with a deadline admitted at "
+            "most, cut while high-priority requests miss their deadlines (+Inf: no limit)",
+        ),
+        MetricDoc(
             "gnnaas_registry_generation",
             "gauge",
             (),
@@ -222,6 +229,17 @@ class _QueueCollector(Collector):
         yield running
 
 
+class _LimitCollector(Collector):
+    def __init__(self, source: Callable[[], Iterable[tuple[str, str, float]]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        limits = _family("gnnaas_priority_rate_limit")
+        for dataset, priority, limit in self._source():
+            limits.add_metric([dataset, priority], limit)
+        yield limits
+
+
 class _DriftCollector(Collector):
     def __init__(self, records: dict[tuple[str, str], DriftRecord]) -> None:
         self._records = records
@@ -277,6 +295,7 @@ class ServingMetrics:
             Gauge, "gnnaas_registry_generation", r, multiprocess_mode="livemax"
         )
         self._queue_source: Callable[[], Iterable[QueueDepth]] = tuple
+        self._limit_source: Callable[[], Iterable[tuple[str, str, float]]] = tuple
         self._served: dict[tuple[str, str], tuple[Any, ...]] = {}
         # Counter children by (counter, labels): a refusal is counted twice on the request path,
         # and each labels() call is a measurable part of a refusal's CPU, what shedding load
@@ -288,8 +307,12 @@ class ServingMetrics:
         self._published: set[tuple[str, str]] = set()
         if not self.multiprocess:
             r.register(_QueueCollector(lambda: self._queue_source()))
+            r.register(_LimitCollector(lambda: self._limit_source()))
             r.register(_DriftCollector(self._drift))
             return
+        self._limits = _metric(
+            Gauge, "gnnaas_priority_rate_limit", r, multiprocess_mode="liveall"
+        )
         self._queued = _metric(Gauge, "gnnaas_queue_depth_nodes", r, multiprocess_mode="livesum")
         self._running = _metric(Gauge, "gnnaas_in_flight_nodes", r, multiprocess_mode="livesum")
         self._error = _metric(Gauge, "gnnaas_batch_time_rel_error", r, multiprocess_mode="liveall")
@@ -298,6 +321,10 @@ class ServingMetrics:
     def bind_queues(self, source: Callable[[], Iterable[QueueDepth]]) -> None:
         """Sets where ``gnnaas_queue_depth_nodes`` and ``gnnaas_in_flight_nodes`` are read."""
         self._queue_source = source
+
+    def bind_limits(self, source: Callable[[], Iterable[tuple[str, str, float]]]) -> None:
+        """Sets where ``gnnaas_priority_rate_limit`` is read: ``(dataset, priority, limit)``."""
+        self._limit_source = source
 
     def served(
         self,
@@ -396,6 +423,8 @@ class ServingMetrics:
             self._queued.labels(*key).set(0)
             self._running.labels(*key).set(0)
         self._published = seen
+        for dataset, priority, limit in self._limit_source():
+            self._limits.labels(dataset, priority).set(limit)
         for (dataset, variant), record in list(self._drift.items()):
             summary = record.summary()
             self._samples.labels(dataset, variant).set(summary["count"])

@@ -112,6 +112,15 @@ class LowerRates:
         stream.advance(now)
         return stream.limit
 
+    def limits(self, now: float) -> list[tuple[str, str, float]]:
+        """``(dataset, priority, limit)`` of every lower-priority stream admission has seen, the
+        limit in requests per second at ``now`` (inf: none holds)."""
+        out = []
+        for (dataset, priority), stream in list(self._streams.items()):
+            stream.advance(now)
+            out.append((dataset, priority, stream.limit))
+        return out
+
     def wait_s(self, dataset: str, priority: str, now: float) -> float:
         """``0.0`` when a request of ``priority`` may be admitted on ``dataset`` at ``now`` (it
         is then counted), else the seconds until the next one may, at most a tenth of a second

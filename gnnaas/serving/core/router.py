@@ -177,6 +177,7 @@ class Router:
         self.started = False
         self.stopping = False
         self.metrics.bind_queues(self.queue_depths)
+        self.metrics.bind_limits(lambda: self.lower.limits(self.clock.now()))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.registry!r}, lanes={len(self._gen.lanes)})"
