@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,15 +72,20 @@ def run_slice(
     )
     if getattr(args, "client", "python") == "h2load":
         cpus = getattr(args, "client_cpus", None)
-        metrics = None if policy.url else url.split("/v1/", 1)[0] + "/metrics"
-        return run_closed_h2load(
+        pinned = policy.headers.get("X-Variant")
+        # a pinned variant answers every 200 of its policy; a routed one is read off /metrics
+        routed = policy.url is None and pinned is None
+        result = run_closed_h2load(
             url,
             bodies,
             policy.headers,
             spec,
             cpus=None if cpus is None else set(cpus),
-            metrics_url=metrics,
+            metrics_url=url.split("/v1/", 1)[0] + "/metrics" if routed else None,
         )
+        if pinned is not None:
+            result.served = Counter({pinned: int(result.ok.sum())})
+        return result
     return asyncio.run(run_closed(url, bodies, policy.headers, spec))
 
 
