@@ -573,6 +573,7 @@ def test_every_metric_is_exposed_as_defined() -> None:
 
     m = ServingMetrics()
     m.bind_queues(lambda: [QueueDepth("d", "v", 3, 2)])
+    m.bind_limits(lambda: [("d", "low", 12.5)])
     m.served("d", "v", 2, queue_s=0.0, sample_s=0.0, gather_s=0.0, compute_s=0.0, total_s=0.0)
     m.batch("d", "v", 2, failed=True)
     m.batch_time("d", "v", predicted_s=0.001, measured_s=0.002)
