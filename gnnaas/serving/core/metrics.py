@@ -310,9 +310,7 @@ class ServingMetrics:
             r.register(_LimitCollector(lambda: self._limit_source()))
             r.register(_DriftCollector(self._drift))
             return
-        self._limits = _metric(
-            Gauge, "gnnaas_priority_rate_limit", r, multiprocess_mode="liveall"
-        )
+        self._limits = _metric(Gauge, "gnnaas_priority_rate_limit", r, multiprocess_mode="liveall")
         self._queued = _metric(Gauge, "gnnaas_queue_depth_nodes", r, multiprocess_mode="livesum")
         self._running = _metric(Gauge, "gnnaas_in_flight_nodes", r, multiprocess_mode="livesum")
         self._error = _metric(Gauge, "gnnaas_batch_time_rel_error", r, multiprocess_mode="liveall")
