@@ -16,7 +16,10 @@ every request size a set of *policies*:
 - ``trivial-endpoint`` (single-node requests): ``benchmarks/trivial_app.py``, the FastAPI +
   uvicorn ceiling with the same request shape, on its own port, measured like the others.
 
-Each policy is measured by closed-loop steps at rising concurrency (``--concurrency``); its
+Each policy is measured by closed-loop steps at rising concurrency (``--concurrency``), sent by
+``h2load`` when it is installed (``--client``: a C client that keeps up with the server on a core
+of its own, ``--server-cpus 0 --client-cpus 1`` on a 2-core machine), else by the Python client;
+its
 *sustained rate* is the throughput at which p99 reaches the request size's bound
 (``--bound-ms``): the best step within it, interpolated towards the first step over it; a series
 stops after two steps in a row over the bound. Closed loop,

@@ -136,8 +136,8 @@ def served_counts(metrics_url: str) -> Counter[str]:
 
 def _served_in(text: str) -> Counter[str]:
     """Answers per variant in a ``/metrics`` text: its ``gnnaas_requests_total`` lines only (the
-    Prometheus parser reads every histogram of every variant, a second per scrape after a few
-    minutes of load, which would count as the step's time)."""
+    Prometheus parser would read every histogram of every variant, slow on a loaded server's
+    page and twice per slice)."""
     counts: Counter[str] = Counter()
     for line in text.splitlines():
         if line.startswith("gnnaas_requests_total{"):
