@@ -48,6 +48,7 @@ from common import (
     RESULTS,
     Plan,
     busy_note,
+    check_cores,
     command_line,
     computed_only,
     load_snapshot,
@@ -545,11 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else None
     args.streams = [s for s in STREAMS if s[0] in args.priorities]
-    usable = os.sched_getaffinity(0)
-    for flag, cores in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
-        if cores is not None and not set(cores) <= usable:
-            parser.error(f"{flag}: cores {sorted(set(cores) - usable)} are not among this "
-                         f"machine's usable cores {sorted(usable)}")  # fmt: skip
+    check_cores(parser, args)
     if args.render:
         render_saved(args.render, render)
         return 0

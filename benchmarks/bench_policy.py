@@ -64,6 +64,7 @@ from common import (
     RESULTS,
     Plan,
     add_precomputed,
+    check_cores,
     command_line,
     gpu_words,
     machine_info,
@@ -686,11 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.bound_ms) != len(args.sizes):
         parser.error("--bound-ms needs one value per --sizes value")
-    usable = os.sched_getaffinity(0)
-    for flag, cores in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
-        if cores is not None and not set(cores) <= usable:
-            parser.error(f"{flag}: cores {sorted(set(cores) - usable)} are not among this "
-                         f"machine's usable cores {sorted(usable)}")  # fmt: skip
+    check_cores(parser, args)
     if args.client == "auto":
         args.client = "h2load" if h2load_available() else "python"
     elif args.client == "h2load" and not h2load_available():

@@ -25,6 +25,7 @@ Scripts run as ``python benchmarks/<script>.py``: Python puts ``benchmarks/`` fi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import importlib.util
@@ -91,6 +92,16 @@ Renderer = Callable[[dict[str, Any]], "str | Mapping[str, str]"]
 def say(*parts: object) -> None:
     """Progress on stdout (a benchmark's only output besides its files)."""
     print(*parts, flush=True)
+
+
+def check_cores(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exits with ``parser``'s one-line error when ``--server-cpus`` or ``--client-cpus`` name
+    cores this process may not use."""
+    usable = os.sched_getaffinity(0)
+    for flag, cores in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
+        if cores is not None and not set(cores) <= usable:
+            parser.error(f"{flag}: cores {sorted(set(cores) - usable)} are not among this "
+                         f"machine's usable cores {sorted(usable)}")  # fmt: skip
 
 
 def shown(path: Path | str) -> str:

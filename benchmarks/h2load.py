@@ -105,14 +105,7 @@ def drive_h2load(
             for j, b in enumerate(picks):
                 body, log = folder / f"body-{i}-{j}.json", folder / f"log-{i}-{j}.tsv"
                 body.write_bytes(bodies[int(b)])
-                cmd = _command(url, body, headers, rate, count, log)
-                proc = subprocess.Popen(
-                    cmd,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    preexec_fn=None if cpus is None else (lambda: _pin(cpus)),
-                )
-                procs.append((proc, log))
+                procs.append((_start(_command(url, body, headers, rate, count, log), cpus), log))
             runs.append(procs)
         return [_result(spec, procs) for (_, spec), procs in zip(streams, runs, strict=True)]
 
@@ -185,18 +178,23 @@ def run_closed_h2load(
         for j, (b, c) in enumerate(zip(picks, conns, strict=True)):
             body, log = Path(tmp) / f"body-{j}.json", Path(tmp) / f"log-{j}.tsv"
             body.write_bytes(bodies[int(b)])
-            proc = subprocess.Popen(
-                _closed_command(url, body, headers, c, spec.duration_s, log),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                preexec_fn=None if cpus is None else (lambda: _pin(cpus)),
-            )
-            procs.append((proc, log))
+            cmd = _closed_command(url, body, headers, c, spec.duration_s, log)
+            procs.append((_start(cmd, cpus), log))
         result = _result(spec, procs)
     if before is not None and metrics_url:
         after = served_counts(metrics_url)
         result.served = Counter({v: n - before[v] for v, n in after.items() if n > before[v]})
     return result
+
+
+def _start(cmd: list[str], cpus: set[int] | None) -> subprocess.Popen[bytes]:
+    """One ``h2load`` process, on ``cpus`` when given; its stderr kept for the error."""
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=None if cpus is None else (lambda: _pin(cpus)),
+    )
 
 
 def _pin(cpus: set[int]) -> None:

@@ -566,8 +566,8 @@ class Router:
             variant, selection, load = self._decide(
                 dataset, num_nodes, tolerance, slo_ms, nodes, left_ms, priority, now
             )
-        scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
         if expires is not None and left_ms is not None and deadline_ms is not None:
+            scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
             lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
         lane = self._served_lane(dataset, variant)
@@ -582,17 +582,11 @@ class Router:
         except OverloadedError as exc:
             self.metrics.admitted(dataset.name, priority, shed_outcome(exc))
             if exc.cause in ("queue_full", "evicted"):  # until a batch makes room
+                scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
                 self._shed_until_room(lane, exc, priority, scope, pinned)
             raise
         return self._answered(
-            out,
-            variant,
-            selection,
-            dataset.name,
-            priority,
-            deadline_ms,
-            answer_by,
-            arrival,
+            out, variant, selection, dataset.name, priority, deadline_ms, answer_by, arrival
         )
 
     def _served_lane(self, dataset: ServedDataset, variant: ServingVariant) -> Lane:
