@@ -33,6 +33,7 @@ from common import (
     REPO,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -202,4 +203,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

@@ -51,6 +51,7 @@ from common import (
     check_cores,
     command_line,
     computed_only,
+    exit_status,
     load_snapshot,
     machine_info,
     make_bodies,
@@ -556,4 +557,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

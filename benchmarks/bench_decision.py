@@ -37,7 +37,6 @@ import asyncio
 import cProfile
 import os
 import pstats
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +48,7 @@ from common import (
     FULL,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     prepare,
     render_saved,
@@ -255,4 +255,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

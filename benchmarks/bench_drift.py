@@ -43,6 +43,7 @@ from common import (
     QUICK,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -315,4 +316,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

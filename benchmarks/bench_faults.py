@@ -26,7 +26,6 @@ import datetime
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from common import RESULTS, machine_info, render_saved, save_results, say
+from common import RESULTS, exit_status, machine_info, render_saved, save_results, say
 
 RECOVERY_GOAL_S = 30.0
 
@@ -296,4 +295,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

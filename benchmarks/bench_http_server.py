@@ -42,6 +42,7 @@ from common import (
     REPO,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -237,4 +238,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

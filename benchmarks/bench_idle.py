@@ -40,6 +40,7 @@ from common import (
     QUICK,
     RESULTS,
     command_line,
+    exit_status,
     load_snapshot,
     machine_info,
     prepare,
@@ -218,4 +219,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 _KEPT = ("dataset", "variant", "sizes", "gaps_ms", "runs", "rounds")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

@@ -51,6 +51,7 @@ from common import (
     RESULTS,
     add_precomputed,
     command_line,
+    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -356,4 +357,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

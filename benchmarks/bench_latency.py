@@ -47,6 +47,7 @@ from gnnaas.stats import median
 from common import (
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     make_bodies,
     render_saved,
@@ -342,4 +343,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

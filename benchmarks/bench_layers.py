@@ -40,6 +40,7 @@ from common import (
     REPO,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     make_bodies,
     predict_ms,
@@ -583,4 +584,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

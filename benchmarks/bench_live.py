@@ -47,6 +47,7 @@ from common import (
     QUICK,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -370,4 +371,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

@@ -66,6 +66,7 @@ from common import (
     add_precomputed,
     check_cores,
     command_line,
+    exit_status,
     gpu_words,
     machine_info,
     make_bodies,
@@ -724,4 +725,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

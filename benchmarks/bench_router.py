@@ -34,7 +34,6 @@ import itertools
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from common import (
     Plan,
     busy_note,
     command_line,
+    exit_status,
     load_snapshot,
     machine_info,
     make_bodies,
@@ -1084,4 +1084,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,16 @@ import torch
 from gnnaas.sampling import DepthSampler, NeighborSampler, fastpath
 from gnnaas.stats import median, percentile
 
-from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
+from common import (
+    RESULTS,
+    command_line,
+    exit_status,
+    machine_info,
+    render_saved,
+    save_results,
+    say,
+    utc_now,
+)
 
 __all__ = ["main", "render"]
 
@@ -286,4 +294,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

@@ -61,6 +61,7 @@ from gnnaas.stats import median, percentile
 from common import (
     QUICK,
     RESULTS,
+    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -852,4 +853,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

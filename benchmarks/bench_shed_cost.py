@@ -52,6 +52,7 @@ from common import (
     Plan,
     command_line,
     computed_only,
+    exit_status,
     load_snapshot,
     machine_info,
     make_bodies,
@@ -347,4 +348,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_status(main))

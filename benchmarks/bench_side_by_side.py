@@ -23,7 +23,6 @@ import argparse
 import concurrent.futures
 import http.client
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from gnnaas.stats import median
 from common import (
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -167,4 +167,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

@@ -44,6 +44,7 @@ from common import (
     REPO,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -424,4 +425,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

@@ -59,6 +59,7 @@ __all__ = [
     "add_precomputed",
     "busy_note",
     "command_line",
+    "exit_status",
     "computed_only",
     "load_snapshot",
     "machine_info",
@@ -87,6 +88,22 @@ RESULTS = REPO / "benchmarks" / "results"
 
 Renderer = Callable[[dict[str, Any]], "str | Mapping[str, str]"]
 """``render(results)``: the Markdown page of a run, or ``{file name: text}`` for several."""
+
+
+def exit_status(main: Callable[[], int | None]) -> int:
+    """A benchmark script's exit status: ``main()``'s, or 1 with one line on stderr when gnnaas
+    refuses an input (a dataset without its data root, a missing folder), as the CLI reports it,
+    so a wrong flag reads as a message and not as a traceback; 130 on Ctrl-C."""
+    from gnnaas.errors import GnnaasError  # here: gpu_check puts this checkout on the path first
+
+    try:
+        return main() or 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (GnnaasError, FileNotFoundError, PermissionError) as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 def say(*parts: object) -> None:

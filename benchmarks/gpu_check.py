@@ -51,6 +51,7 @@ from common import (
     REPO,
     RESULTS,
     command_line,
+    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -364,4 +365,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(exit_status(main))

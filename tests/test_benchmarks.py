@@ -390,3 +390,32 @@ def test_the_loop_lag_of_a_run_is_read_off_the_histograms_buckets() -> None:
     after = {0.001: 50.0, 0.01: 100.0, math.inf: 104.0}
     assert lag_quantiles(before, after) == {"ticks": 99, "p50_ms": 10.0, "p99_ms": math.inf}
     assert lag_quantiles({}, {}) == {"ticks": 0, "p50_ms": None, "p99_ms": None}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_exits_through_exit_status(name: str) -> None:
+    """A refused input reads as one line, not a traceback, in every script (common.exit_status)."""
+    assert "raise SystemExit(exit_status(main))" in (BENCH / f"{name}.py").read_text()
+
+
+def test_exit_status_turns_a_refused_input_into_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    common = importlib.import_module("common")
+    from gnnaas.data.registry import load_dataset
+
+    def unknown_graph() -> int:
+        load_dataset("no-such-graph")
+        return 0
+
+    assert common.exit_status(lambda: 3) == 3
+    assert common.exit_status(lambda: None) == 0
+    assert common.exit_status(unknown_graph) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ConfigError: unknown dataset 'no-such-graph'") and err.count("\n") == 1
+
+    def broken() -> int:
+        raise RuntimeError("a bug, shown in full")
+
+    with pytest.raises(RuntimeError):
+        common.exit_status(broken)
