@@ -217,6 +217,19 @@ def test_catalog_routes() -> None:
             {"detail": "unknown dataset 'nope'; served datasets: toy, ring"},
         )
         assert client.get("/v1/datasets/nope/variants").status_code == 404
+        other_case = client.post(
+            "/v1/datasets/TOY/predict?output=proba", json={"nodes": [1]}, follow_redirects=False
+        )
+        assert (other_case.status_code, other_case.json()) == (
+            308,
+            {"detail": "dataset 'TOY' is served as 'toy': the request is repeated there"},
+        )
+        assert (
+            other_case.headers["Location"]
+            == "http://testserver/v1/datasets/toy/predict?output=proba"
+        )
+        moved = client.get("/v1/datasets/Ring", follow_redirects=False)
+        assert moved.headers["Location"] == "http://testserver/v1/datasets/ring"
         starting = client.post("/v1/datasets/ring/predict", json={"nodes": [1]})
         assert starting.status_code == 503 and starting.headers["Retry-After"] == "3"
         assert client.post("/v1/admin/reload").status_code == 401

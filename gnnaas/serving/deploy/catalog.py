@@ -13,7 +13,9 @@ deployment's root, answers what concerns the deployment as a whole, as one proce
   back), the load gauges summed over live replicas, the registry generation their largest, the
   drift gauges one series per replica (a ``replica`` label);
 - a path under ``/v1/datasets/<name>`` of a dataset no application serves: 404 with the detail one
-  process gives; ``POST /v1/admin/reload``: the token checks, then 409 (redeploy instead).
+  process gives; of a served dataset named in another case (Ray's routes are case-sensitive, the
+  names are not): 308 to the same path with the served name; ``POST /v1/admin/reload``: the
+  token checks, then 409 (redeploy instead).
 
 **How it hears from the replicas** (:meth:`Catalog.poll`): each replica keeps one call open to the
 catalog (a long poll). The call carries the replica's :class:`ReplicaReport` (its datasets, its
@@ -402,6 +404,24 @@ def _refusal(exc: Exception, metrics: ServingMetrics) -> Response:
     return Response(content, status_code=status, media_type="application/json", headers=headers)
 
 
+def _served_as(dataset: str, served: Sequence[str]) -> str | None:
+    """The served name ``dataset`` means: names are case-insensitive (as one process reads them),
+    Ray Serve's route prefixes are not."""
+    folded = dataset.lower()
+    return next((name for name in served if name.lower() == folded), None)
+
+
+def _moved(request: Request, dataset: str, served: str) -> Response:
+    """308 to the same request on the dataset's own route (the method and body kept): a client that
+    follows redirects gets the answer one process would give for ``dataset``."""
+    path = request.url.path
+    at = path.rindex(f"/v1/datasets/{dataset}")
+    path = f"{path[:at]}/v1/datasets/{served}{path[at + len('/v1/datasets/') + len(dataset) :]}"
+    location = str(request.url.replace(path=path))
+    detail = f"dataset {dataset!r} is served as {served!r}: the request is repeated there"
+    return JSONResponse({"detail": detail}, status_code=308, headers={"Location": location})
+
+
 def create_catalog_app(settings: Settings, catalog: Catalog) -> FastAPI:
     """The catalog's app: the deployment's listing, health, readiness, metrics and admin.
 
@@ -460,8 +480,12 @@ def create_catalog_app(settings: Settings, catalog: Catalog) -> FastAPI:
         include_in_schema=False,
         responses=not_served,
     )
-    async def not_routed(dataset: str) -> Response:
-        """A dataset no application serves (or one whose application is still starting)."""
+    async def not_routed(dataset: str, request: Request) -> Response:
+        """A dataset no application serves (or one whose application is still starting, or one
+        named in another case than its application's route)."""
+        served = _served_as(dataset, catalog.datasets)
+        if served is not None and served != dataset:
+            return _moved(request, dataset, served)
         if dataset in catalog.datasets:
             exc: Exception = OverloadedError(
                 f"dataset {dataset!r} is starting; retry shortly", settings.retry_after_s
