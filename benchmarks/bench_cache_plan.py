@@ -33,7 +33,6 @@ from common import (
     REPO,
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -203,4 +202,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

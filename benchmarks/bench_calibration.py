@@ -30,16 +30,7 @@ from typing import Any
 
 from gnnaas.stats import median
 
-from common import (
-    RESULTS,
-    command_line,
-    exit_status,
-    machine_info,
-    render_saved,
-    save_results,
-    say,
-    utc_now,
-)
+from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
 
 __all__ = ["main", "render"]
 
@@ -244,4 +235,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

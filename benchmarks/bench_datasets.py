@@ -31,16 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (
-    RESULTS,
-    command_line,
-    exit_status,
-    machine_info,
-    render_saved,
-    save_results,
-    say,
-    utc_now,
-)
+from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
 
 __all__ = ["main", "render"]
 
@@ -228,4 +219,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

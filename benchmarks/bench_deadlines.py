@@ -51,7 +51,6 @@ from common import (
     check_cores,
     command_line,
     computed_only,
-    exit_status,
     load_snapshot,
     machine_info,
     make_bodies,
@@ -557,4 +556,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -48,7 +48,6 @@ from common import (
     FULL,
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     prepare,
     render_saved,
@@ -255,4 +254,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from common import RESULTS, exit_status, machine_info, render_saved, save_results, say
+from common import RESULTS, machine_info, render_saved, save_results, say
 
 RECOVERY_GOAL_S = 30.0
 
@@ -295,4 +295,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -42,7 +42,6 @@ from common import (
     REPO,
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -238,4 +237,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -40,7 +40,6 @@ from common import (
     QUICK,
     RESULTS,
     command_line,
-    exit_status,
     load_snapshot,
     machine_info,
     prepare,
@@ -219,4 +218,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 _KEPT = ("dataset", "variant", "sizes", "gaps_ms", "runs", "rounds")
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from common import RESULTS, command_line, exit_status, machine_info, render_saved, save_results
+from common import RESULTS, command_line, machine_info, render_saved, save_results
 
 __all__ = ["main", "render"]
 
@@ -177,4 +177,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -51,7 +51,6 @@ from common import (
     RESULTS,
     add_precomputed,
     command_line,
-    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -357,4 +356,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

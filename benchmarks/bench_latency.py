@@ -47,7 +47,6 @@ from gnnaas.stats import median
 from common import (
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     make_bodies,
     render_saved,
@@ -343,4 +342,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -47,7 +47,6 @@ from common import (
     QUICK,
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -371,4 +370,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -66,7 +66,6 @@ from common import (
     add_precomputed,
     check_cores,
     command_line,
-    exit_status,
     gpu_words,
     machine_info,
     make_bodies,
@@ -725,4 +724,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -48,7 +48,6 @@ from common import (
     Plan,
     busy_note,
     command_line,
-    exit_status,
     load_snapshot,
     machine_info,
     make_bodies,
@@ -1084,4 +1083,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -35,16 +35,7 @@ import torch
 from gnnaas.sampling import DepthSampler, NeighborSampler, fastpath
 from gnnaas.stats import median, percentile
 
-from common import (
-    RESULTS,
-    command_line,
-    exit_status,
-    machine_info,
-    render_saved,
-    save_results,
-    say,
-    utc_now,
-)
+from common import RESULTS, command_line, machine_info, render_saved, save_results, say, utc_now
 
 __all__ = ["main", "render"]
 
@@ -294,4 +285,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

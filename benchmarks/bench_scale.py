@@ -61,7 +61,6 @@ from gnnaas.stats import median, percentile
 from common import (
     QUICK,
     RESULTS,
-    exit_status,
     machine_info,
     make_bodies,
     prepare,
@@ -853,4 +852,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

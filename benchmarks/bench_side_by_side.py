@@ -32,7 +32,6 @@ from gnnaas.stats import median
 from common import (
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -167,4 +166,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

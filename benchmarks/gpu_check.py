@@ -51,7 +51,6 @@ from common import (
     REPO,
     RESULTS,
     command_line,
-    exit_status,
     machine_info,
     render_saved,
     save_results,
@@ -365,4 +364,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from common import exit_status
+
     raise SystemExit(exit_status(main))

@@ -422,6 +422,45 @@ def _moved(request: Request, dataset: str, served: str) -> Response:
     return JSONResponse({"detail": detail}, status_code=308, headers={"Location": location})
 
 
+def _unrouted(catalog: Catalog, settings: Settings) -> APIRouter:
+    """The paths under ``/v1/datasets/<name>`` that reach the catalog rather than a dataset's
+    application: a dataset no application serves (404), one whose application is starting (503),
+    one named in another case than its application's route (308)."""
+    router = APIRouter()
+    not_served: dict[int | str, dict[str, Any]] = {
+        404: {"model": ErrorResponse, "description": "Unknown dataset."}
+    }
+
+    @router.api_route(
+        "/v1/datasets/{dataset}",
+        methods=["GET", "POST", "PUT", "DELETE"],
+        include_in_schema=False,
+        responses=not_served,
+    )
+    @router.api_route(
+        "/v1/datasets/{dataset}/{rest:path}",
+        methods=["GET", "POST", "PUT", "DELETE"],
+        include_in_schema=False,
+        responses=not_served,
+    )
+    async def not_routed(dataset: str, request: Request) -> Response:
+        """A dataset no application serves (or one whose application is still starting, or one
+        named in another case than its application's route)."""
+        served = _served_as(dataset, catalog.datasets)
+        if served is not None and served != dataset:
+            return _moved(request, dataset, served)
+        if dataset in catalog.datasets:
+            exc: Exception = OverloadedError(
+                f"dataset {dataset!r} is starting; retry shortly", settings.retry_after_s
+            )
+        else:
+            known = ", ".join(catalog.datasets)
+            exc = NotFoundError(f"unknown dataset {dataset!r}; served datasets: {known}")
+        return _refusal(exc, catalog.metrics)
+
+    return router
+
+
 def create_catalog_app(settings: Settings, catalog: Catalog) -> FastAPI:
     """The catalog's app: the deployment's listing, health, readiness, metrics and admin.
 
@@ -464,36 +503,7 @@ def create_catalog_app(settings: Settings, catalog: Catalog) -> FastAPI:
         """Lists the served datasets."""
         return DatasetList(datasets=[DatasetInfo(**d) for d in catalog.listing()])
 
-    not_served: dict[int | str, dict[str, Any]] = {
-        404: {"model": ErrorResponse, "description": "Unknown dataset."}
-    }
-
-    @app.api_route(
-        "/v1/datasets/{dataset}",
-        methods=["GET", "POST", "PUT", "DELETE"],
-        include_in_schema=False,
-        responses=not_served,
-    )
-    @app.api_route(
-        "/v1/datasets/{dataset}/{rest:path}",
-        methods=["GET", "POST", "PUT", "DELETE"],
-        include_in_schema=False,
-        responses=not_served,
-    )
-    async def not_routed(dataset: str, request: Request) -> Response:
-        """A dataset no application serves (or one whose application is still starting, or one
-        named in another case than its application's route)."""
-        served = _served_as(dataset, catalog.datasets)
-        if served is not None and served != dataset:
-            return _moved(request, dataset, served)
-        if dataset in catalog.datasets:
-            exc: Exception = OverloadedError(
-                f"dataset {dataset!r} is starting; retry shortly", settings.retry_after_s
-            )
-        else:
-            known = ", ".join(catalog.datasets)
-            exc = NotFoundError(f"unknown dataset {dataset!r}; served datasets: {known}")
-        return _refusal(exc, catalog.metrics)
+    app.include_router(_unrouted(catalog, settings))
 
     admin = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
 
