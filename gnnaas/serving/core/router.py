@@ -430,13 +430,17 @@ class Router:
     def _table(self, dataset: ServedDataset) -> DecisionTable:
         table = self._gen.tables.get(dataset.name)
         if table is None:
-            raise OverloadedError(
-                f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
-                f"profile); run `gnnaas profile --dataset {dataset.name}`, or pin a variant "
-                "with X-Variant",
-                self.settings.retry_after_s,
-            )
+            raise self._unroutable(dataset)
         return table
+
+    def _unroutable(self, dataset: ServedDataset) -> OverloadedError:
+        """The refusal of a request to route among no variant (every one lacks a profile)."""
+        return OverloadedError(
+            f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
+            f"profile); run `gnnaas profile --dataset {dataset.name}`, or pin a variant "
+            "with X-Variant",
+            self.settings.retry_after_s,
+        )
 
     def select(
         self,
@@ -491,7 +495,9 @@ class Router:
                 self.settings.retry_after_s,
                 cause="stopping",
             )
-        table = self._table(dataset)
+        table = self._gen.tables.get(dataset.name)  # what _table reads, without its frame
+        if table is None:
+            raise self._unroutable(dataset)
         now = self.clock.now() if now is None else now
         if slo_ms is None and deadline_ms is None:
             request = table.request(num_nodes, tolerance)
@@ -821,27 +827,26 @@ class _Load:
     decision needs it, then once: the stream's variant and the room of a busy lane are read
     directly, the full :meth:`Router.decision_load` on the first :meth:`snapshot`."""
 
-    __slots__ = (
-        "_snapshot",
-        "dataset",
-        "idle",
-        "max_batch_nodes",
-        "now",
-        "num_nodes",
-        "priority",
-        "router",
-    )
+    # Built on every decision, read by few (a tolerance that admits one variant reads none of
+    # it): what it would only read is read when asked.
+    __slots__ = ("_snapshot", "dataset", "now", "num_nodes", "priority", "router")
 
     def __init__(
         self, router: Router, dataset: ServedDataset, num_nodes: int, priority: str, now: float
     ) -> None:
         self.router, self.dataset, self.num_nodes = router, dataset, num_nodes
         self.priority, self.now = priority, now
-        self.max_batch_nodes: int = router.settings.max_batch_nodes
-        """The largest batch a lane runs."""
-        self.idle: bool = not router._busy
-        """Nothing runs or waits on the device."""
         self._snapshot: LoadSnapshot | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs or waits on the device."""
+        return not self.router._busy
+
+    @property
+    def max_batch_nodes(self) -> int:
+        """The largest batch a lane runs."""
+        return self.router.settings.max_batch_nodes
 
     @property
     def current(self) -> str | None:
