@@ -59,8 +59,8 @@ __all__ = [
     "add_precomputed",
     "busy_note",
     "command_line",
-    "exit_status",
     "computed_only",
+    "exit_status",
     "load_snapshot",
     "machine_info",
     "make_bodies",
@@ -92,8 +92,9 @@ Renderer = Callable[[dict[str, Any]], "str | Mapping[str, str]"]
 
 def exit_status(main: Callable[[], int | None]) -> int:
     """A benchmark script's exit status: ``main()``'s, or 1 with one line on stderr when gnnaas
-    refuses an input (a dataset without its data root, a missing folder), as the CLI reports it,
-    so a wrong flag reads as a message and not as a traceback; 130 on Ctrl-C."""
+    refuses an input (a :class:`~gnnaas.errors.GnnaasError`: a dataset without its data root, an
+    unknown one), as the CLI reports it, so a wrong flag reads as a message and not as a
+    traceback; 130 on Ctrl-C. Any other exception is a bug and keeps its traceback."""
     from gnnaas.errors import GnnaasError  # here: gpu_check puts this checkout on the path first
 
     try:
@@ -101,7 +102,7 @@ def exit_status(main: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (GnnaasError, FileNotFoundError, PermissionError) as exc:
+    except GnnaasError as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

@@ -224,12 +224,9 @@ def test_catalog_routes() -> None:
             308,
             {"detail": "dataset 'TOY' is served as 'toy': the request is repeated there"},
         )
-        assert (
-            other_case.headers["Location"]
-            == "http://testserver/v1/datasets/toy/predict?output=proba"
-        )
-        moved = client.get("/v1/datasets/Ring", follow_redirects=False)
-        assert moved.headers["Location"] == "http://testserver/v1/datasets/ring"
+        assert other_case.headers["Location"] == "/v1/datasets/toy/predict?output=proba"
+        moved = client.get("/v1/datasets/Ring/nodes/a%20b/v1/datasets/Ring", follow_redirects=False)
+        assert moved.headers["Location"] == "/v1/datasets/ring/nodes/a%20b/v1/datasets/Ring"
         starting = client.post("/v1/datasets/ring/predict", json={"nodes": [1]})
         assert starting.status_code == 503 and starting.headers["Retry-After"] == "3"
         assert client.post("/v1/admin/reload").status_code == 401
@@ -238,3 +235,20 @@ def test_catalog_routes() -> None:
         clock.advance(catalog.grace_s + 1.0)  # t1 is gone: the scrape waits for no one
         text = client.get("/metrics").text
         assert _value(text, 'gnnaas_rejections_total{reason="not_found"}') == [2.0]
+
+
+def test_a_dataset_named_in_another_case_is_redirected_to_its_route() -> None:
+    apps = {"gnnaas-synth": ["synth-x@0.2"], "gnnaas-upper": ["TOY"], "gnnaas-lower": ["toy"]}
+    catalog = Catalog(apps, poll_s=20.0, grace_s=5.0, clock=FakeClock())
+    app = create_catalog_app(Settings(retry_after_s=3), catalog)
+    with TestClient(app, root_path="/base") as client:
+        moved = client.post(
+            "/base/v1/datasets/SYNTH-X%400.2/predict?a=1",
+            json={"nodes": [1]},
+            follow_redirects=False,
+        )
+        assert moved.status_code == 308
+        assert moved.headers["Location"] == "/base/v1/datasets/synth-x@0.2/predict?a=1"
+        # a name that is served as such is never sent to another case's application
+        starting = client.post("/base/v1/datasets/TOY/predict", json={"nodes": [1]})
+        assert starting.status_code == 503 and starting.headers["Retry-After"] == "3"

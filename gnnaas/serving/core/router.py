@@ -824,8 +824,9 @@ def _pinned(dataset: ServedDataset, variant_id: str) -> ServingVariant:
 
 class _Load:
     """The load a decision reads (:class:`~gnnaas.policy.LoadView`), measured only when the
-    decision needs it, then once: the stream's variant and the room of a busy lane are read
-    directly, the full :meth:`Router.decision_load` on the first :meth:`snapshot`."""
+    decision needs it, then once: the stream's variant, whether the device is idle, the batch
+    cap and the room of a busy lane are read off the router when asked, the full
+    :meth:`Router.decision_load` on the first :meth:`snapshot`."""
 
     # Built on every decision, read by few (a tolerance that admits one variant reads none of
     # it): what it would only read is read when asked.

@@ -38,6 +38,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -405,19 +406,29 @@ def _refusal(exc: Exception, metrics: ServingMetrics) -> Response:
 
 
 def _served_as(dataset: str, served: Sequence[str]) -> str | None:
-    """The served name ``dataset`` means: names are case-insensitive (as one process reads them),
-    Ray Serve's route prefixes are not."""
+    """The served name ``dataset`` means, itself first: names are case-insensitive (as one
+    process reads them), Ray Serve's route prefixes are not."""
+    if dataset in served:
+        return dataset
     folded = dataset.lower()
     return next((name for name in served if name.lower() == folded), None)
 
 
 def _moved(request: Request, dataset: str, served: str) -> Response:
     """308 to the same request on the dataset's own route (the method and body kept): a client that
-    follows redirects gets the answer one process would give for ``dataset``."""
-    path = request.url.path
-    at = path.rindex(f"/v1/datasets/{dataset}")
-    path = f"{path[:at]}/v1/datasets/{served}{path[at + len('/v1/datasets/') + len(dataset) :]}"
-    location = str(request.url.replace(path=path))
+    follows redirects gets the answer one process would give for ``dataset``.
+
+    The ``Location`` is the request's own path as the client sent it (its percent-encoding, any
+    prefix before ``/v1/datasets``) with the first ``/v1/datasets/<dataset>`` segment renamed, and
+    its query: a reference without scheme or host, which a proxy in front keeps valid."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    parts = raw.decode("latin-1").split("/")
+    for i in range(len(parts) - 2):
+        if parts[i : i + 2] == ["v1", "datasets"] and unquote(parts[i + 2]) == dataset:
+            parts[i + 2] = quote(served, safe="@-._~")
+            break
+    query = request.url.query
+    location = "/".join(parts) + (f"?{query}" if query else "")
     detail = f"dataset {dataset!r} is served as {served!r}: the request is repeated there"
     return JSONResponse({"detail": detail}, status_code=308, headers={"Location": location})
 
