@@ -19,8 +19,7 @@ every request size a set of *policies*:
 Each policy is measured by closed-loop steps at rising concurrency (``--concurrency``), sent by
 ``h2load`` when it is installed (``--client``: a C client that keeps up with the server on a core
 of its own, ``--server-cpus 0 --client-cpus 1`` on a 2-core machine), else by the Python client;
-its
-*sustained rate* is the throughput at which p99 reaches the request size's bound
+its *sustained rate* is the throughput at which p99 reaches the request size's bound
 (``--bound-ms``): the best step within it, interpolated towards the first step over it; a series
 stops after two steps in a row over the bound. Closed loop,
 not open loop: a step's throughput is a mean over thousands of answers, so one noisy step moves it

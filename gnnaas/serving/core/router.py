@@ -430,17 +430,13 @@ class Router:
     def _table(self, dataset: ServedDataset) -> DecisionTable:
         table = self._gen.tables.get(dataset.name)
         if table is None:
-            raise self._unroutable(dataset)
+            raise OverloadedError(
+                f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
+                f"profile); run `gnnaas profile --dataset {dataset.name}`, or pin a variant "
+                "with X-Variant",
+                self.settings.retry_after_s,
+            )
         return table
-
-    def _unroutable(self, dataset: ServedDataset) -> OverloadedError:
-        """The refusal of a request to route among no variant (every one lacks a profile)."""
-        return OverloadedError(
-            f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
-            f"profile); run `gnnaas profile --dataset {dataset.name}`, or pin a variant "
-            "with X-Variant",
-            self.settings.retry_after_s,
-        )
 
     def select(
         self,
@@ -495,9 +491,8 @@ class Router:
                 self.settings.retry_after_s,
                 cause="stopping",
             )
-        table = self._gen.tables.get(dataset.name)  # what _table reads, without its frame
-        if table is None:
-            raise self._unroutable(dataset)
+        # the table read here, _table (and its refusal) only when there is none: a frame less
+        table = self._gen.tables.get(dataset.name) or self._table(dataset)
         now = self.clock.now() if now is None else now
         if slo_ms is None and deadline_ms is None:
             request = table.request(num_nodes, tolerance)
@@ -565,14 +560,16 @@ class Router:
             expires, answer_by = self._expires(deadline_ms, arrival, priority)
             left_ms = (expires - now) * 1e3
         selection: Selection | None
+        load: _Load | None
         if pinned is not None:
-            variant, selection = _pinned(dataset, pinned), None
-            load = _Load(self, dataset, num_nodes, priority, now)
+            variant, selection, load = _pinned(dataset, pinned), None, None
         else:
             variant, selection, load = self._decide(
                 dataset, num_nodes, tolerance, slo_ms, nodes, left_ms, priority, now
             )
         if expires is not None and left_ms is not None and deadline_ms is not None:
+            if load is None:  # pinned: no decision built one, only the admission reads it
+                load = _Load(self, dataset, num_nodes, priority, now)
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
             lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)

@@ -458,15 +458,15 @@ def _unrouted(catalog: Catalog, settings: Settings) -> APIRouter:
         """A dataset no application serves (or one whose application is still starting, or one
         named in another case than its application's route)."""
         served = _served_as(dataset, catalog.datasets)
-        if served is not None and served != dataset:
+        if served is None:
+            known = ", ".join(catalog.datasets)
+            exc: Exception = NotFoundError(f"unknown dataset {dataset!r}; served datasets: {known}")
+        elif served != dataset:
             return _moved(request, dataset, served)
-        if dataset in catalog.datasets:
-            exc: Exception = OverloadedError(
+        else:
+            exc = OverloadedError(
                 f"dataset {dataset!r} is starting; retry shortly", settings.retry_after_s
             )
-        else:
-            known = ", ".join(catalog.datasets)
-            exc = NotFoundError(f"unknown dataset {dataset!r}; served datasets: {known}")
         return _refusal(exc, catalog.metrics)
 
     return router
