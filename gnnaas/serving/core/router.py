@@ -40,6 +40,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -499,7 +500,7 @@ class Router:
         else:
             at = None if deadline_ms is None else now + deadline_ms / 1e3
             request = RequestSpec(num_nodes, tolerance, slo_ms, at)
-        load = _Load(self, dataset, num_nodes, priority, now)
+        load = _Load((self, dataset, num_nodes, priority, now))
         selection = table.decide(request, load, now)
         variant = dataset.variants[selection.variant_id]
         answers = variant.answers
@@ -569,7 +570,7 @@ class Router:
             )
         if expires is not None and left_ms is not None and deadline_ms is not None:
             if load is None:  # pinned: no decision built one, only the admission reads it
-                load = _Load(self, dataset, num_nodes, priority, now)
+                load = _Load((self, dataset, num_nodes, priority, now))
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
             lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
@@ -819,22 +820,23 @@ def _pinned(dataset: ServedDataset, variant_id: str) -> ServingVariant:
     return variant
 
 
-class _Load:
+class _Load(tuple):
     """The load a decision reads (:class:`~gnnaas.policy.LoadView`), measured only when the
     decision needs it, then once: the stream's variant, whether the device is idle, the batch
     cap and the room of a busy lane are read off the router when asked, the full
-    :meth:`Router.decision_load` on the first :meth:`snapshot`."""
+    :meth:`Router.decision_load` on the first :meth:`snapshot`.
 
-    # Built on every decision, read by few (a tolerance that admits one variant reads none of
-    # it): what it would only read is read when asked.
-    __slots__ = ("_snapshot", "dataset", "now", "num_nodes", "priority", "router")
+    Built on every decision and read by few (a tolerance that admits one variant reads none of
+    it), so it is a tuple of the request's fields, built in C without a Python frame (as
+    :func:`collections.namedtuple` builds its records); the snapshot, when measured, is kept in
+    the instance's dictionary.
+    """
 
-    def __init__(
-        self, router: Router, dataset: ServedDataset, num_nodes: int, priority: str, now: float
-    ) -> None:
-        self.router, self.dataset, self.num_nodes = router, dataset, num_nodes
-        self.priority, self.now = priority, now
-        self._snapshot: LoadSnapshot | None = None
+    router = property(itemgetter(0), doc="The router deciding.")
+    dataset = property(itemgetter(1), doc="The request's dataset (a ServedDataset).")
+    num_nodes = property(itemgetter(2), doc="The request's node count.")
+    priority = property(itemgetter(3), doc="The request's priority.")
+    now = property(itemgetter(4), doc="The decision's time on the router's clock.")
 
     @property
     def idle(self) -> bool:
@@ -866,8 +868,10 @@ class _Load:
 
     def snapshot(self) -> LoadSnapshot:
         """The load measured in full (:meth:`Router.decision_load`), at the decision's time."""
-        if self._snapshot is None:
-            self._snapshot = self.router.decision_load(
+        memo = self.__dict__
+        snapshot = memo.get("_snapshot")
+        if snapshot is None:
+            snapshot = memo["_snapshot"] = self.router.decision_load(
                 self.dataset, self.num_nodes, self.priority, self.now
             )
-        return self._snapshot
+        return snapshot
