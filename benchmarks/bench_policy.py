@@ -105,24 +105,72 @@ def make_policies(
     tolerances: Sequence[float],
     prerun: dict[str, float],
     top: int,
+    twin: bool = True,
 ) -> list[Policy]:
-    """The router at each tolerance, the 1× model, and the candidate best fixed variants.
+    """The router at each tolerance, the 1× model, the candidate best fixed variants and, with
+    ``twin``, the rule's control.
 
     The candidates are, per tolerance, the ``top`` admissible variants by their *measured* rate
     in a short pre-run (``prerun``), not by their profiles: a wrong profile must not hide the
-    fixed variant that actually wins.
+    fixed variant that actually wins. The control, ``twin:<id>``, pins the pre-run's fastest
+    variant admissible at the smallest tolerance a second time, under its own key: two policies
+    that serve alike, so the ratio of their rates is the noise of the rule's comparison
+    (:func:`twins`).
     """
     full = full_model(variants)
     pinned = {full} if full else set()
-    for tol in tolerances:
+    control = None
+    for tol in sorted(tolerances):
         ids = sorted(admissible_ids(variants, tol), key=lambda i: -prerun.get(i, 0.0))
         pinned |= set(ids[:top])
+        control = control or (ids[0] if twin and ids else None)
+    if control is not None:
+        pinned.add(control)
     out = [
         Policy(f"router-tol{tol:g}", {"X-Accuracy-Tolerance": f"{tol:g}"}, tol)
         for tol in tolerances
     ]
     out += [Policy(f"pin:{i}", {"X-Variant": i}, None) for i in sorted(pinned)]
+    if control is not None:
+        out.append(Policy(f"{TWIN}{control}", {"X-Variant": control}, None))
     return out
+
+
+TWIN = "twin:"
+"""The key prefix of the control: a pinned variant measured a second time."""
+
+
+def twins(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per size and repeat, the control's rate over its own variant's pin (``twin:X`` over
+    ``pin:X``, interleaved alike): the ratio two policies that serve the same variant the same
+    way reach in this run, the noise against which the rule's ratios are read."""
+    rows = []
+    for size, block in results["sizes"].items():
+        for pol in block["policies"]:
+            if not pol["key"].startswith(TWIN):
+                continue
+            pin = "pin:" + pol["key"][len(TWIN) :]
+            for r, rep in enumerate(block["repeats"]):
+                a, b = rep[pol["key"]]["rate_rps"], rep[pin]["rate_rps"]
+                rows.append(
+                    {
+                        "size": int(size),
+                        "variant": pin[4:],
+                        "repeat": r + 1,
+                        "pin_rps": b,
+                        "twin_rps": a,
+                        "ratio": a / b if b > 0 else math.nan,
+                    }
+                )
+    return rows
+
+
+def twin_floor(rows: list[dict[str, Any]]) -> float | None:
+    """The lowest ratio either of two like policies reached against the other over the run
+    (``min(t, 1/t)`` over the controls' ratios ``t``): a rule ratio at or above it is within
+    the noise this run measured."""
+    values = [min(r["ratio"], 1 / r["ratio"]) for r in rows if r["ratio"] > 0]
+    return min(values) if values else None
 
 
 def full_model(variants: list[dict[str, Any]]) -> str | None:
@@ -249,7 +297,9 @@ def run(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
                     f"{k} {v:.0f}" for k, v in sorted(prerun.items(), key=lambda kv: -kv[1])
                 )
             )
-            pols = make_policies(variants, size, args.tolerances, prerun, args.top_fixed)
+            pols = make_policies(
+                variants, size, args.tolerances, prerun, args.top_fixed, not args.no_twin
+            )
             if size == 1 and trivial is not None:
                 pols.append(trivial)
             say(f"size {size}: {len(pols)} policies, p99 bound {bound_ms:g} ms")
@@ -277,8 +327,10 @@ def run(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
 
 
 def check(results: dict[str, Any], ratio: float) -> list[dict[str, Any]]:
-    """Per size, tolerance and repeat: router rate vs the best admissible fixed variant's."""
+    """Per size, tolerance and repeat: router rate vs the best admissible fixed variant's, and
+    whether a miss lies within the noise the run's control measured (:func:`twin_floor`)."""
     variants = results["variants"]
+    floor = twin_floor(twins(results))
     rows = []
     for size, block in results["sizes"].items():
         keys = [p["key"] for p in block["policies"]]
@@ -302,6 +354,9 @@ def check(results: dict[str, Any], ratio: float) -> list[dict[str, Any]]:
                         "best_fixed_rps": best,
                         "ratio": mine / best if best and best > 0 else math.nan,
                         "ok": bool(best_key is None or mine >= ratio * best),
+                        "within_noise": None
+                        if floor is None or not best
+                        else bool(mine >= min(ratio, floor) * best),
                     }
                 )
     return rows
@@ -479,17 +534,48 @@ def render(results: dict[str, Any]) -> str:
         "",
         "## The rule: router ≥ 0.9 × best admissible fixed variant, every repeat",
         "",
-        "| size | tolerance | repeat | router req/s | best fixed | its req/s | ratio | ok |",
-        "|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    lines += _twin_lines(results)
+    noise = any(r.get("within_noise") is not None for r in rows)
+    lines += [
+        "| size | tolerance | repeat | router req/s | best fixed | its req/s | ratio | ok |"
+        + (" within the control's noise |" if noise else ""),
+        "|---:|---:|---:|---:|---|---:|---:|---|" + ("---|" if noise else ""),
     ]
     for r in rows:
+        within = r.get("within_noise")
+        verdict = "–" if within is None else "yes" if within else "**no**"
         lines.append(
             f"| {r['size']} | {r['tolerance']:g} | {r['repeat']} | {r['router_rps']:,.0f} | "
             f"{r['best_fixed']} | {r['best_fixed_rps']:,.0f} | {r['ratio']:.2f} | "
-            f"{'yes' if r['ok'] else '**no**'} |"
+            f"{'yes' if r['ok'] else '**no**'} |" + (f" {verdict} |" if noise else "")
         )
     lines.append("")
     return "\n".join(lines)
+
+
+def _twin_lines(results: dict[str, Any]) -> list[str]:
+    """The control: one variant pinned twice, and what its ratio says about the rule's."""
+    rows = twins(results)
+    floor = twin_floor(rows)
+    if floor is None:
+        return []
+    lines = [
+        "The control: the pre-run's fastest variant at the smallest tolerance pinned twice, "
+        "`pin:X` and `twin:X`, measured like every other policy. Their ratio is what two "
+        "policies that serve alike reach against each other in this run: the noise of the "
+        f"rule's comparison. Lowest over the run, either way: **{floor:.2f}**; a rule ratio "
+        "at or above it (or above the rule's factor) is within that noise.",
+        "",
+        "| size | variant | repeat | pin req/s | twin req/s | twin / pin |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['size']} | {r['variant']} | {r['repeat']} | {r['pin_rps']:,.0f} | "
+        f"{r['twin_rps']:,.0f} | {r['ratio']:.2f} |"
+        for r in rows
+    ]
+    return [*lines, ""]
 
 
 def speedups(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -648,6 +734,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=2,
         help="per tolerance, pin the N admissible variants fastest in the pre-run (default: 2)",
     )
+    parser.add_argument(
+        "--no-twin",
+        action="store_true",
+        help="leave out the control: the pre-run's fastest variant at the smallest tolerance "
+        "pinned a second time, whose ratio to its pin is the noise of the rule's comparison",
+    )
     parser.add_argument("--prerun-s", type=float, default=1.5, help="pre-run step seconds")
     parser.add_argument("--ratio", type=float, default=0.9, help="the rule's factor (default 0.9)")
     parser.add_argument(
@@ -713,10 +805,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["command"] = command_line("bench_policy.py", argv)
     rows = check(results, args.ratio)
     results["check"] = rows
+    results["twins"] = twins(results)
     save_results(args.name, results, render, out)
     failed = [r for r in rows if not r["ok"]]
+    noise = [r for r in failed if r.get("within_noise")]
     say(
-        f"bench_policy: {len(rows) - len(failed)}/{len(rows)} checks hold; "
+        f"bench_policy: {len(rows) - len(failed)}/{len(rows)} checks hold"
+        + (f" ({len(noise)} more within the control's noise)" if noise else "")
+        + f"; "
         f"{shown(out / f'{args.name}.md')} in {time.monotonic() - t0:.0f} s"
     )
     return 1 if args.check and failed else 0

@@ -358,6 +358,26 @@ QUICK = Plan(
 )
 
 
+def _profiles_for_threads(folder: Path, dataset: str, threads: int) -> Path:
+    """``folder``, or ``<folder>-<threads>t`` when ``folder``'s curves of ``dataset`` were taken
+    on another thread count (the one most of its rows name: a lookup's curve names its own)."""
+    from gnnaas.errors import ArtifactError
+    from gnnaas.profiling.table import read_service_times
+
+    try:
+        taken = read_service_times(folder / dataset)["threads"].mode()
+    except (ArtifactError, KeyError):
+        return folder  # nothing (readable) there yet: the plan's profiles go here
+    if taken.empty or int(taken.iloc[0]) == threads:
+        return folder
+    other = folder.with_name(f"{folder.name}-{threads}t")
+    say(
+        f"prepare: the curves in {shown(folder / dataset)} were taken on {int(taken.iloc[0])} "
+        f"torch threads, this plan profiles on {threads}: its profiles are in {shown(other)}"
+    )
+    return other
+
+
 def prepare(
     plan: Plan, workdir: Path, device: str, profiles_name: str = "profiles"
 ) -> tuple[Path, Path]:
@@ -365,11 +385,16 @@ def prepare(
 
     The library calls of ``gnnaas prepare`` with the plan's rankings and epochs (training every
     ranking of the full preset takes hours on 2 cores). ``profiles_name`` names the profiles'
-    folder (another one keeps profiles taken under other settings, e.g. threads, beside).
+    folder (another one keeps profiles taken under other settings, e.g. threads, beside); when
+    its curves of the dataset were taken on another torch thread count than the plan profiles
+    on, they are left as they are and the plan's go to ``<profiles_name>-<n>t`` (a server on
+    ``n`` threads would otherwise re-time every curve at start-up, in a few runs each).
 
     Returns:
-        tuple[Path, Path]: ``workdir/variants`` and ``workdir/<profiles_name>``.
+        tuple[Path, Path]: ``workdir/variants`` and the profiles' folder.
     """
+    import torch
+
     from gnnaas.data import load_dataset
     from gnnaas.profiling.profiler import profile_dataset
     from gnnaas.profiling.table import has_profiles
@@ -377,11 +402,10 @@ def prepare(
     from gnnaas.variants.repository import VariantRepository
     from gnnaas.variants.training import TrainConfig
 
-    variants, profiles = workdir / "variants", workdir / profiles_name
     if plan.threads:  # profile as the server will run
-        import torch
-
         torch.set_num_threads(plan.threads)
+    variants = workdir / "variants"
+    profiles = _profiles_for_threads(workdir / profiles_name, plan.dataset, torch.get_num_threads())
     say(
         f"prepare: {plan.dataset}, archs sage gin, rankings {' '.join(plan.rankings)}, "
         f"prune 1 2 4 8, axes {' '.join(plan.axes)}, max {plan.epochs} epochs, profile runs "

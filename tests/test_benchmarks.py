@@ -419,3 +419,71 @@ def test_exit_status_turns_a_refused_input_into_one_line(
 
     with pytest.raises(RuntimeError):
         common.exit_status(broken)
+
+
+def _variant(vid: str, accuracy: float, admissible_at: float) -> dict[str, Any]:
+    return {"id": vid, "prune": 1, "accuracy": accuracy, "admissible_at": admissible_at}
+
+
+def test_bench_policy_pins_its_control_twice_and_reads_the_rule_against_its_noise() -> None:
+    bench_policy = importlib.import_module("bench_policy")
+    variants = [
+        {**_variant("full", 0.80, 0.0), "routable": True},
+        {**_variant("half", 0.79, 1.0), "routable": True},
+        {**_variant("quarter", 0.77, 5.0), "routable": True},
+    ]
+    prerun = {"full": 100.0, "half": 300.0, "quarter": 900.0}
+    policies = bench_policy.make_policies(variants, 1, [5.0, 0.0], prerun, top=1)
+    keys = [p.key for p in policies]
+    # the control is the fastest variant admissible at the *smallest* tolerance, pinned twice
+    assert keys.count("pin:full") == 1 and keys.count("twin:full") == 1
+    assert {p.headers["X-Variant"] for p in policies if p.key.endswith(":full")} == {"full"}
+    assert "twin:quarter" not in keys
+    assert "twin:full" not in [
+        p.key for p in bench_policy.make_policies(variants, 1, [0.0], prerun, 1, twin=False)
+    ]
+
+    def rates(**by_key: float) -> dict[str, Any]:
+        return {k.replace("_", ":"): {"rate_rps": v, "steps": []} for k, v in by_key.items()}
+
+    results = {
+        "variants": variants,
+        "sizes": {
+            "1": {
+                "bound_ms": 20.0,
+                "policies": [
+                    {"key": "router-tol0", "tolerance": 0.0},
+                    {"key": "pin:full", "tolerance": None},
+                    {"key": "twin:full", "tolerance": None},
+                ],
+                "repeats": [
+                    rates(**{"router-tol0": 80.0, "pin_full": 100.0, "twin_full": 125.0}),
+                    rates(**{"router-tol0": 70.0, "pin_full": 100.0, "twin_full": 95.0}),
+                ],
+            }
+        },
+    }
+    controls = bench_policy.twins(results)
+    assert [r["ratio"] for r in controls] == pytest.approx([1.25, 0.95])
+    assert bench_policy.twin_floor(controls) == pytest.approx(0.8)  # 100 / 125, either way
+    rows = bench_policy.check(results, 0.9)
+    # the twin is not a candidate for the best fixed variant, only the control
+    assert {r["best_fixed"] for r in rows} == {"pin:full"}
+    assert [(r["ok"], r["within_noise"]) for r in rows] == [(False, True), (False, False)]
+    page = bench_policy.render(
+        {**results, "check": rows, "machine": {}, "args": {"concurrency": [], "repeats": 2}}
+        | {"overhead": _OVERHEAD, "args_line": "", "dataset": "toy", "picks": []}
+    )
+    assert "Lowest over the run, either way: **0.80**" in page
+    assert "| 1 | 0 | 1 | 80 | pin:full | 100 | 0.80 | **no** | yes |" in page
+    assert "| 1 | 0 | 2 | 70 | pin:full | 100 | 0.70 | **no** | **no** |" in page
+
+
+_OVERHEAD = {
+    "requests": 1,
+    "server_total_p50_ms": 1.0,
+    "executor_p50_ms": 0.5,
+    "queue_p50_ms": 0.1,
+    "overhead_p50_ms": 0.5,
+    "client_p50_ms": 2.0,
+}
