@@ -32,6 +32,9 @@ repeated ``--repeats`` times, and the tables give the median and the spread (min
 The rule checked (``--check``, as ``make bench`` does): for every request size, tolerance and
 repeat, the router's sustained rate is at least ``--ratio`` (0.9) times that of the best fixed
 variant admissible under the same tolerance in the same repeat. The exit status is 1 when it fails.
+Its noise is measured in the same run by a control (``--no-twin`` leaves it out): one pinned
+variant measured twice, as ``pin:X`` and ``twin:X``; the page says, beside each verdict, whether
+the ratio lies within what those two like policies reached against each other.
 
 Writes ``policy.md`` and ``policy.json`` (full run: ``benchmarks/results/``; ``--quick``:
 ``<workdir>/results/`` unless ``--out`` says otherwise), the page rendered from the JSON;

@@ -487,3 +487,23 @@ _OVERHEAD = {
     "overhead_p50_ms": 0.5,
     "client_p50_ms": 2.0,
 }
+
+
+def test_prepare_keeps_profiles_taken_on_another_thread_count_apart(tmp_path: Path) -> None:
+    """A plan profiling on 1 thread does not reuse curves taken on 2 (its server would re-time
+    them in a few runs each): it gets ``<folder>-1t``; a plan on 2 threads keeps the folder."""
+    common = importlib.import_module("common")
+    header = (
+        "variant,batch_size,sample_ms,gather_ms,compute_ms,e2e_ms,hit_ratio,copied_kb,sampling,"
+        "sampler_seed,threads,inline_max_nodes,device,torch_version,gnnaas_version"
+    )
+    rows = [
+        f"toy-full-1x,{b},0.5,0.1,1.0,2.0,0,10,depth,0,2,16,cpu,2.13.0+cpu,0.1.0" for b in (1, 4)
+    ]
+    rows.append("toy-full-1x@exact,1,0.03,0.03,0,0.15,0,0,depth,0,1,16,cpu,2.13.0+cpu,0.1.0")
+    folder = tmp_path / "profiles"
+    (folder / "toy").mkdir(parents=True)
+    (folder / "toy" / "service_times.csv").write_text("\n".join([header, *rows]) + "\n")
+    assert common._profiles_for_threads(folder, "toy", 2) == folder  # the lookup's row is not it
+    assert common._profiles_for_threads(folder, "toy", 1) == tmp_path / "profiles-1t"
+    assert common._profiles_for_threads(folder, "other", 1) == folder  # nothing there yet
