@@ -28,11 +28,15 @@ The rule (docs/architecture.md §6):
   choice);
 * without a target the candidate with the smallest predicted completion time wins; times within
   ``tie_margin`` (relative) of the smallest count as ties and go to the most accurate of them,
-  unless the snapshot's ``current`` variant (the one the busy dataset's stream is on) is among the
-  ties: then it stays (hysteresis). A stream therefore moves only to a variant that is faster by
-  more than the margin, and the chosen time is never worse than the best admissible fixed choice
-  by more than the margin; with a target (the SLO, or the time left to the deadline at ``now``,
-  the smaller) the most accurate candidate predicted to meet it wins, else the fastest.
+  unless the snapshot's ``current`` variant (the one the dataset's stream is on, while it goes
+  on) is among the ties: then it stays (hysteresis), on a busy device as on an idle one. A stream
+  therefore moves only to a variant that is faster by more than the margin, also across the idle
+  instants between its batches (the most accurate tie taken at every such instant would move a
+  stream that load had moved to a faster variant back for one batch each time: a limit cycle
+  that splits it over two lanes), and the chosen time is never worse than the best admissible
+  fixed choice by more than the margin; with a target (the SLO, or the time left to the deadline
+  at ``now``, the smaller) the most accurate candidate predicted to meet it wins, else the
+  fastest.
 
 Example:
     >>> from gnnaas.policy.curve import ServiceCurve
@@ -228,7 +232,7 @@ class LoadSnapshot:
         max_batch_nodes (int, optional): most nodes per batch; more waiting nodes are served in
             several batches. (default: ``None``: one batch of any size)
         current (str, optional): the variant the dataset's stream is on (its last routed
-            request), kept among near-ties while the device is busy. (default: ``None``)
+            request), kept among near-ties. (default: ``None``)
         slowdown (float, optional): the device's slowdown (observed / profiled time) at the size of
             the batch decided on, for a computed variant. (default: ``1.0``)
         lookup_slowdown (float, optional): the same for a precomputed variant's table lookup, whose
@@ -429,8 +433,9 @@ class _Admissible:
         self.any_lookup = any(self.lookup)
         self.mixed = self.any_lookup and not all(self.lookup)  # lookups and computed batches
         self.fastest = fastest_everywhere(admitted)
-        # the idle device's choice per (request size, batch cap): its index and profiled time
-        self.idle: dict[tuple[int, int | None], tuple[int, float]] = {}
+        # the idle device's ties per (request size, batch cap): id -> (index, profiled time),
+        # most accurate first
+        self.idle: dict[tuple[int, int | None], dict[str, tuple[int, float]]] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
         self.service: dict[tuple[int, int | None], list[float]] = {}
         self.kept: dict[str, Selection] = {}  # a choice that read no load
@@ -440,6 +445,15 @@ class _Admissible:
             self.only = self.kept[self.ids[0]] = Selection(
                 self.ids[0], math.nan, math.nan, None, self.ids
             )
+
+
+def _kept_tie(ids: Sequence[str], ties: Sequence[int], current: str | None) -> int:
+    """The index among ``ties`` (indices into ``ids``, most accurate first) of the stream's
+    ``current`` variant when it is one, else of the most accurate."""
+    for i in ties:
+        if ids[i] == current:
+            return i
+    return ties[0]
 
 
 class DecisionTable:
@@ -568,10 +582,11 @@ class DecisionTable:
 
     def _idle(self, entry: _Admissible, num_nodes: int, load: LoadView) -> Selection:
         """The choice on an idle device: every variant predicted at one slowdown, which changes
-        neither their order nor the tie band, so the choice is made once per request size and
-        its prediction scaled by that slowdown. When a lookup runs at another slowdown than a
-        computed batch and both kinds are admitted, the order can change: the same choice is
-        then made per request, from the cached curve times (no snapshot: nothing waits)."""
+        neither their order nor the tie band, so the ties are found once per request size and
+        the prediction scaled by that slowdown; the stream's current variant wins them, else
+        the most accurate. When a lookup runs at another slowdown than a computed batch and
+        both kinds are admitted, the order can change: the same choice is then made per
+        request, from the cached curve times (no snapshot: nothing waits)."""
         cap, slowdown = load.max_batch_nodes, load.alone(False)
         lookup_slowdown = load.alone(True) if entry.any_lookup else slowdown
         if lookup_slowdown != slowdown and entry.mixed:
@@ -581,16 +596,19 @@ class DecisionTable:
                 for t, lk in zip(times, entry.lookup, strict=True)
             ]
             band = min(scored) * (1.0 + self.tie_margin)
-            i = next(i for i, p in enumerate(scored) if p <= band)  # the most accurate tie
+            tied = [i for i, p in enumerate(scored) if p <= band]  # most accurate first
+            i = _kept_tie(entry.ids, tied, load.current)
             return Selection(entry.ids[i], scored[i], 0.0, None, entry.ids)
-        hit = entry.idle.get((num_nodes, cap))
-        if hit is None:
+        ties = entry.idle.get((num_nodes, cap))
+        if ties is None:
             if len(entry.idle) >= _SIZES_KEPT:
                 entry.idle.clear()
-            chosen = self._timed(entry, num_nodes, None, LoadSnapshot(max_batch_nodes=cap))
-            i = entry.ids.index(chosen.variant_id)
-            hit = entry.idle[(num_nodes, cap)] = (i, self._service(entry, num_nodes, cap)[i])
-        i, profiled = hit
+            times = self._service(entry, num_nodes, cap)
+            band = min(times) * (1.0 + self.tie_margin)
+            ties = entry.idle[(num_nodes, cap)] = {
+                entry.ids[i]: (i, t) for i, t in enumerate(times) if t <= band
+            }
+        i, profiled = ties.get(load.current) or next(iter(ties.values()))  # type: ignore[arg-type]
         predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * profiled
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
@@ -621,7 +639,7 @@ class DecisionTable:
                     return Selection(c.variant_id, predicted, wait, True, ids)
         # `scored` is most accurate first, so the first within the band is the most accurate tie.
         band = min([s[0] for s in scored]) * (1.0 + self.tie_margin)
-        keep = load.current if load.busy else None
+        keep = load.current
         first = None
         for s in scored:
             if s[0] <= band:

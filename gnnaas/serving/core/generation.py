@@ -64,15 +64,16 @@ class Generation:
         registry (VariantRegistry): the datasets and variants.
         lanes (dict): ``(dataset, variant) -> Lane``.
         tables (dict): ``dataset -> DecisionTable`` of the datasets with candidates.
-        current (dict, optional): ``dataset -> variant`` of its stream (its last routed
-            request). (default: empty)
+        current (dict, optional): ``dataset -> (variant, time)`` of its stream: its last
+            routed request's variant, and when it was routed (the router's clock). (default:
+            empty)
     """
 
     number: int
     registry: VariantRegistry
     lanes: dict[tuple[str, str], Lane]
     tables: dict[str, DecisionTable]
-    current: dict[str, str] = field(default_factory=dict)
+    current: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 def decision_tables(registry: VariantRegistry, settings: Settings) -> dict[str, DecisionTable]:

@@ -17,10 +17,11 @@ batch is full or has waited ``max_wait_ms``, and requests keep merging into it w
 run. The load model follows: before a new batch of any variant can start, the running batches must
 finish and the nodes already waiting must be served. The decision therefore scores each candidate
 by the time *it* would take to serve the dataset's waiting nodes together with the new request:
-idle, every variant costs about the same for a few nodes and the most accurate near-tie wins;
+idle, every variant costs about the same for a few nodes and the most accurate near-tie wins
+(the stream's current variant, when it is one);
 under load, the backlog makes a fast variant's advantage large and traffic moves to it, in one
 batch stream rather than split over many variants (the stream's current variant is kept among
-near-ties while the device is busy).
+near-ties, busy or idle).
 
 Times come from the profiled service curves times the device's measured
 :class:`~gnnaas.serving.core.slowdown.Slowdown` at the batch's size, so a machine slower or busier
@@ -78,7 +79,13 @@ from gnnaas.serving.core.settings import Settings
 from gnnaas.serving.core.shedding import Asked, Shed, ShedBook, shed_outcome
 from gnnaas.serving.core.slowdown import Slowdown
 
-__all__ = ["NotFoundError", "Prediction", "Router"]
+__all__ = ["STREAM_GAP_S", "NotFoundError", "Prediction", "Router"]
+
+STREAM_GAP_S = 0.5
+"""A dataset's stream is over once the device has been idle and none of its requests routed for
+this long: a decision then keeps none of its variants (the most accurate near-tie wins again);
+until then the stream's variant is kept among near-ties also in the idle instants between its
+batches (:mod:`gnnaas.policy.decision`)."""
 
 _log = logging.getLogger(__name__)
 
@@ -279,7 +286,7 @@ class Router:
         # -- the swap: no await from here until the old lanes are handed to the drain ----------
         old = self._gen
         self._go_live(gen)
-        gen.current.update((d, v) for d, v in old.current.items() if (d, v) in gen.lanes)
+        gen.current.update((d, s) for d, s in old.current.items() if (d, s[0]) in gen.lanes)
         self._gen = gen
         self.shed.clear()  # made on the old lanes' load
         self.lower.clear()
@@ -350,7 +357,7 @@ class Router:
         """
         now = self.clock.now() if now is None else now
         cap = self.settings.max_batch_nodes
-        current = self._gen.current.get(dataset.name)
+        current = self._stream(dataset.name, now)
         slowdown = self.slowdown
         lookups = bool(dataset.precomputed)
         if not self._busy:
@@ -427,6 +434,15 @@ class Router:
         """``dataset``'s candidates admissible under ``tolerance``, most accurate first (the
         decision table computes each tolerance's set once)."""
         return self._table(dataset).admissible(tolerance)
+
+    def _stream(self, name: str, now: float) -> str | None:
+        """The variant dataset ``name``'s stream is on: its last routed request's, while the
+        device is busy or that request was routed less than :data:`STREAM_GAP_S` before ``now``
+        (else its stream is over: ``None``)."""
+        last = self._gen.current.get(name)
+        if last is None or (not self._busy and now - last[1] > STREAM_GAP_S):
+            return None
+        return last[0]
 
     def _table(self, dataset: ServedDataset) -> DecisionTable:
         table = self._gen.tables.get(dataset.name)
@@ -514,7 +530,7 @@ class Router:
             if answers.any_stale(ids):
                 selection = table.decide(request, load, now, computed_only=True)
                 variant = dataset.variants[selection.variant_id]
-        self._gen.current[dataset.name] = selection.variant_id
+        self._gen.current[dataset.name] = (selection.variant_id, now)
         return variant, selection, load
 
     # -- serving ---------------------------------------------------------------------------------
@@ -851,7 +867,7 @@ class _Load(tuple):
     @property
     def current(self) -> str | None:
         """The variant the dataset's stream is on."""
-        return self.router._gen.current.get(self.dataset.name)
+        return self.router._stream(self.dataset.name, self.now)
 
     def alone(self, lookup: bool) -> float:
         """The device's slowdown for this request's batch alone (a lookup's with ``lookup``)."""
