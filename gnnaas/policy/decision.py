@@ -608,7 +608,9 @@ class DecisionTable:
             ties = entry.idle[(num_nodes, cap)] = {
                 entry.ids[i]: (i, t) for i, t in enumerate(times) if t <= band
             }
-        i, profiled = ties.get(load.current) or next(iter(ties.values()))  # type: ignore[arg-type]
+        first = next(iter(ties.values()))  # the most accurate tie
+        # the stream's variant is read only when there is a choice among ties
+        i, profiled = ties.get(load.current, first) if len(ties) > 1 else first  # type: ignore[arg-type]
         predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * profiled
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
