@@ -447,13 +447,11 @@ class _Admissible:
             )
 
 
-def _kept_tie(ids: Sequence[str], ties: Sequence[int], current: str | None) -> int:
-    """The index among ``ties`` (indices into ``ids``, most accurate first) of the stream's
-    ``current`` variant when it is one, else of the most accurate."""
-    for i in ties:
-        if ids[i] == current:
-            return i
-    return ties[0]
+def _tie_kept(ties: dict[str, tuple[int, float]], load: LoadView) -> tuple[int, float]:
+    """Of ``ties`` (id -> (index, time), most accurate first), the stream's current variant's
+    when it is one, else the most accurate's; the stream is read only when there is a choice."""
+    first = next(iter(ties.values()))
+    return ties.get(load.current, first) if len(ties) > 1 else first  # type: ignore[arg-type]
 
 
 class DecisionTable:
@@ -596,9 +594,10 @@ class DecisionTable:
                 for t, lk in zip(times, entry.lookup, strict=True)
             ]
             band = min(scored) * (1.0 + self.tie_margin)
-            tied = [i for i, p in enumerate(scored) if p <= band]  # most accurate first
-            i = _kept_tie(entry.ids, tied, load.current)
-            return Selection(entry.ids[i], scored[i], 0.0, None, entry.ids)
+            i, predicted = _tie_kept(
+                {entry.ids[i]: (i, p) for i, p in enumerate(scored) if p <= band}, load
+            )
+            return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
         ties = entry.idle.get((num_nodes, cap))
         if ties is None:
             if len(entry.idle) >= _SIZES_KEPT:
@@ -608,9 +607,7 @@ class DecisionTable:
             ties = entry.idle[(num_nodes, cap)] = {
                 entry.ids[i]: (i, t) for i, t in enumerate(times) if t <= band
             }
-        first = next(iter(ties.values()))  # the most accurate tie
-        # the stream's variant is read only when there is a choice among ties
-        i, profiled = ties.get(load.current, first) if len(ties) > 1 else first  # type: ignore[arg-type]
+        i, profiled = _tie_kept(ties, load)
         predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * profiled
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
