@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python -m pytest
+	GNNAAS_DATA=$(DATA_ROOT) $(BIN)/python -m pytest -n 2 --dist loadscope
 
 lint: $(STAMP)
 	$(BIN)/ruff check gnnaas tests benchmarks scripts

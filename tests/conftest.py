@@ -4,11 +4,43 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+RAY_MODULES = frozenset(
+    {
+        "tests/inference/test_ray_layerwise.py",
+        "tests/serving/test_contract.py",
+        "tests/serving/test_live_graph.py",
+        "tests/serving/test_ray_faults.py",
+        "tests/serving/test_ray_start.py",
+    }
+)
+"""The test modules that start a local Ray: under ``pytest -n`` they run in one worker, one after
+another (see :func:`pytest_xdist_make_scheduler`)."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist with ``--dist loadscope`` (``make test`` runs ``pytest -n 2 --dist
+    loadscope``) each module's tests run in one worker, so its module fixtures are built once,
+    and the modules that start Ray share one worker: they share the session's Ray, and two local
+    clusters would each claim every CPU of the machine. A scheduler rather than ``xdist_group``
+    marks: ``--dist loadgroup`` marks tests by rewriting their node ids, which pytest 9.2 no
+    longer reads (pytest-xdist issue 1386), and then silently groups nothing."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _RayTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "ray" if module in RAY_MODULES else module
+
+    return _RayTogether(config, log)
 
 
 def _default_data_root() -> Path:
