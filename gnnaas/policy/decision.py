@@ -435,7 +435,7 @@ class _Admissible:
         self.fastest = fastest_everywhere(admitted)
         # the idle device's ties per (request size, batch cap): id -> (index, profiled time),
         # most accurate first
-        self.idle: dict[tuple[int, int | None], dict[str, tuple[int, float]]] = {}
+        self.idle: dict[tuple[int, int | None], _Ties] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
         self.service: dict[tuple[int, int | None], list[float]] = {}
         self.kept: dict[str, Selection] = {}  # a choice that read no load
@@ -447,11 +447,18 @@ class _Admissible:
             )
 
 
-def _tie_kept(ties: dict[str, tuple[int, float]], load: LoadView) -> tuple[int, float]:
-    """Of ``ties`` (id -> (index, time), most accurate first), the stream's current variant's
-    when it is one, else the most accurate's; the stream is read only when there is a choice."""
+_Ties = tuple[tuple[int, float], dict[str, tuple[int, float]] | None]
+"""Near-ties of a decision, most accurate first: the first's (index, time), and all of them by id
+when there is more than one (only then is the stream's variant looked up among them)."""
+
+
+def _ties(ids: tuple[str, ...], times: list[float], tie_margin: float) -> _Ties:
+    """The variants (``ids``, most accurate first) whose ``times`` lie within ``tie_margin`` of
+    the smallest."""
+    band = min(times) * (1.0 + tie_margin)
+    ties = {ids[i]: (i, t) for i, t in enumerate(times) if t <= band}
     first = next(iter(ties.values()))
-    return ties.get(load.current, first) if len(ties) > 1 else first  # type: ignore[arg-type]
+    return first, ties if len(ties) > 1 else None
 
 
 class DecisionTable:
@@ -593,21 +600,20 @@ class DecisionTable:
                 (lookup_slowdown if lk else slowdown) * t
                 for t, lk in zip(times, entry.lookup, strict=True)
             ]
-            band = min(scored) * (1.0 + self.tie_margin)
-            i, predicted = _tie_kept(
-                {entry.ids[i]: (i, p) for i, p in enumerate(scored) if p <= band}, load
-            )
+            first, ties = _ties(entry.ids, scored, self.tie_margin)
+            # the stream's current variant wins the ties, else the most accurate (no frame)
+            i, predicted = first if ties is None else ties.get(load.current, first)  # type: ignore[arg-type]
             return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
-        ties = entry.idle.get((num_nodes, cap))
-        if ties is None:
+        key = (num_nodes, cap)
+        hit = entry.idle.get(key)
+        if hit is None:
             if len(entry.idle) >= _SIZES_KEPT:
                 entry.idle.clear()
-            times = self._service(entry, num_nodes, cap)
-            band = min(times) * (1.0 + self.tie_margin)
-            ties = entry.idle[(num_nodes, cap)] = {
-                entry.ids[i]: (i, t) for i, t in enumerate(times) if t <= band
-            }
-        i, profiled = _tie_kept(ties, load)
+            hit = entry.idle[key] = _ties(
+                entry.ids, self._service(entry, num_nodes, cap), self.tie_margin
+            )
+        first, ties = hit
+        i, profiled = first if ties is None else ties.get(load.current, first)  # type: ignore[arg-type]
         predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * profiled
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
