@@ -433,8 +433,7 @@ class _Admissible:
         self.any_lookup = any(self.lookup)
         self.mixed = self.any_lookup and not all(self.lookup)  # lookups and computed batches
         self.fastest = fastest_everywhere(admitted)
-        # the idle device's ties per (request size, batch cap): id -> (index, profiled time),
-        # most accurate first
+        # the idle device's near-ties per (request size, batch cap), of the profiled times
         self.idle: dict[tuple[int, int | None], _Ties] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
         self.service: dict[tuple[int, int | None], list[float]] = {}
