@@ -24,6 +24,7 @@ RAY_MODULES = frozenset(
 another (see :func:`pytest_xdist_make_scheduler`)."""
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without the plugin, never called
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist with ``--dist loadscope`` (``make test`` runs ``pytest -n 2 --dist
     loadscope``) each module's tests run in one worker, so its module fixtures are built once,
