@@ -593,27 +593,31 @@ class DecisionTable:
         request, from the cached curve times (no snapshot: nothing waits)."""
         cap, slowdown = load.max_batch_nodes, load.alone(False)
         lookup_slowdown = load.alone(True) if entry.any_lookup else slowdown
-        if lookup_slowdown != slowdown and entry.mixed:
+        per_request = lookup_slowdown != slowdown and entry.mixed
+        if per_request:
             times = self._service(entry, num_nodes, cap)
-            scored = [
-                (lookup_slowdown if lk else slowdown) * t
-                for t, lk in zip(times, entry.lookup, strict=True)
-            ]
-            first, ties = _ties(entry.ids, scored, self.tie_margin)
-            # the stream's current variant wins the ties, else the most accurate (no frame)
-            i, predicted = first if ties is None else ties.get(load.current, first)  # type: ignore[arg-type]
-            return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
-        key = (num_nodes, cap)
-        hit = entry.idle.get(key)
-        if hit is None:
-            if len(entry.idle) >= _SIZES_KEPT:
-                entry.idle.clear()
-            hit = entry.idle[key] = _ties(
-                entry.ids, self._service(entry, num_nodes, cap), self.tie_margin
+            hit = _ties(
+                entry.ids,
+                [
+                    (lookup_slowdown if lk else slowdown) * t
+                    for t, lk in zip(times, entry.lookup, strict=True)
+                ],
+                self.tie_margin,
             )
+        else:
+            key = (num_nodes, cap)
+            hit = entry.idle.get(key)
+            if hit is None:
+                if len(entry.idle) >= _SIZES_KEPT:
+                    entry.idle.clear()
+                hit = entry.idle[key] = _ties(
+                    entry.ids, self._service(entry, num_nodes, cap), self.tie_margin
+                )
         first, ties = hit
-        i, profiled = first if ties is None else ties.get(load.current, first)  # type: ignore[arg-type]
-        predicted = (lookup_slowdown if entry.lookup[i] else slowdown) * profiled
+        # the stream's current variant wins the ties, else the most accurate (no frame)
+        i, predicted = first if ties is None else ties.get(load.current, first)  # type: ignore[arg-type]
+        if not per_request:  # a profiled time: the one slowdown scales it
+            predicted *= lookup_slowdown if entry.lookup[i] else slowdown
         return Selection(entry.ids[i], predicted, 0.0, None, entry.ids)
 
     def _service(self, entry: _Admissible, stream_nodes: int, cap: int | None) -> list[float]:
