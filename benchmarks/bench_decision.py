@@ -2,9 +2,11 @@
 
 The router decides every request in the event loop, so its decision time is paid by every
 request (docs/architecture.md §5). For each dataset this script loads the variants and profiles of
-the default plan (:func:`common.prepare`, reused when present) in-process, exactly as
-``gnnaas serve`` does (``VariantRegistry.load``, a :class:`~gnnaas.serving.core.router.Router`),
-and times ``Router.select`` for requests of 1 and 64 nodes at tolerances 0, 1, 2 and 5:
+the default plan (:func:`common.prepare`, reused when present; profiled on one torch thread, the
+server's, so no curve is re-timed at start-up and every run decides over the profiles' frontier)
+in-process, exactly as ``gnnaas serve`` does (``VariantRegistry.load``, a
+:class:`~gnnaas.serving.core.router.Router`), and times ``Router.select`` for requests of 1 and
+64 nodes at tolerances 0, 1, 2 and 5:
 
 - **idle**: nothing queued or running (the common case at low load);
 - **busy**: a backlog of real requests queued on the slowest routed variant and one batch
@@ -121,7 +123,6 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
         datasets=[dataset],
         warmup=False,
         device=args.device,
-        inline_max_nodes=0,
     )
     registry = VariantRegistry.load(settings)
     router = Router(registry, settings)
@@ -133,6 +134,9 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
             "variants": len(ds.variants),
             "routed": len(routed),
             "dominated": len(ds.dominated_by),
+            "retimed": sum(
+                v.profile is not None and v.profile.retimed for v in ds.variants.values()
+            ),
             "admitted": {str(t): len(router.admissible(ds, t)) for t in TOLERANCES},
             "idle": {},
             "busy": {},
@@ -202,7 +206,9 @@ def render(results: dict[str, Any]) -> str:
             f"## {name}",
             "",
             f"{d['variants']} variants, {d['routed']} on the frontier (routed), "
-            f"{d['dominated']} dominated. Backlog: `{b['variant']}` with {b['queued_nodes']} "
+            f"{d['dominated']} dominated"
+            + (f", {d['retimed']} curves re-timed at start-up" if "retimed" in d else "")
+            + f". Backlog: `{b['variant']}` with {b['queued_nodes']} "
             f"nodes queued and {b['running_nodes']} running ({b['still_queued_nodes']} still "
             "queued when the timing ended).",
             "",
@@ -245,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         "datasets": {},
     }
     for dataset in args.datasets:
-        variants, profiles = prepare(replace(FULL, dataset=dataset), args.workdir, args.device)
+        # profiled on the server's one thread: no curve is re-timed at start-up, so every run
+        # (and every checkout timed on the same profiles) decides over the same frontier
+        plan = replace(FULL, dataset=dataset, threads=1)
+        variants, profiles = prepare(plan, args.workdir, args.device)
         say(f"{dataset}: timing decisions on {shown(variants)}")
         results["datasets"][dataset] = asyncio.run(_measure(variants, profiles, dataset, args))
         say(f"{dataset}: {results['datasets'][dataset]}")

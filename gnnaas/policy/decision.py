@@ -52,11 +52,11 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gnnaas.policy.curve import ServiceCurve
 from gnnaas.policy.dominance import fastest_everywhere
@@ -311,7 +311,7 @@ class LoadSnapshot:
         the request's batch alone on an idle device)."""
         return self.lookup_slowdown if lookup else self.slowdown
 
-    def snapshot(self) -> LoadSnapshot:
+    def snapshot(self, variants: Container[str] | None = None) -> LoadSnapshot:
         """Itself: a snapshot is the :class:`LoadView` of a load measured in full."""
         return self
 
@@ -383,14 +383,16 @@ class LoadView(Protocol):
         a computed batch's, or a lookup's with ``lookup``."""
         ...
 
-    def snapshot(self) -> LoadSnapshot:
-        """The load, measured in full."""
+    def snapshot(self, variants: Container[str] | None = None) -> LoadSnapshot:
+        """The load, measured in full; with ``variants``, the busy lanes' own loads of those
+        variants only (a decision among them reads no other; the stream and the work ahead
+        count every lane)."""
         ...
 
 
-@dataclass(frozen=True)
-class Selection:
-    """A decision.
+class Selection(NamedTuple):
+    """A decision (a named tuple: immutable, and built in one call where a frozen dataclass sets
+    each field through ``object.__setattr__``: most decisions build one).
 
     Args:
         variant_id (str): the chosen variant.
@@ -407,7 +409,7 @@ class Selection:
     predicted_ms: float
     wait_ms: float
     meets_slo: bool | None = None
-    considered: tuple[str, ...] = field(default=())
+    considered: tuple[str, ...] = ()
 
 
 class _Admissible:
@@ -573,7 +575,7 @@ class DecisionTable:
                 room = load.room(current)  # type: ignore[arg-type]
                 if room is not None and room >= request.num_nodes:
                     return self._kept(entry, current)  # type: ignore[arg-type]
-        return self._timed(entry, request.num_nodes, target, load.snapshot())
+        return self._timed(entry, request.num_nodes, target, load.snapshot(entry.ids))
 
     def _kept(self, entry: _Admissible, variant_id: str) -> Selection:
         """A choice that read no load (nothing predicted), one object per variant."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pytest
 import torch
 from pydantic import ValidationError
-from serving_fakes import FakeModel, held, next_turn
+from serving_fakes import FakeModel, held, make_toy_registry, next_turn
 
 from gnnaas.errors import OverloadedError
 from gnnaas.policy import DecisionTable, LoadSnapshot, RequestSpec, Selection, candidates_within
@@ -321,7 +321,7 @@ async def test_admissible_sets_are_cached_per_tolerance(
     # Client-chosen tolerances do not grow the cache without bound.
     for i in range(1000):
         router.admissible(ds, i / 7)
-    assert len(router._gen.tables["toy"]._sets) <= 256
+    assert len(router._gen.tables[ds]._sets) <= 256
 
 
 async def test_cached_decisions_equal_the_policy_on_a_full_snapshot(
@@ -417,6 +417,10 @@ async def test_lanes_idle_again_leave_the_decision_to_the_idle_choice(
             await _entered(model)
             assert core._busy == {core.lane("toy", slow_id)}
             assert not core.decision_load(ds, 3).idle  # busy: the load is read
+            # a decision among other variants reads the stream, not the busy lane's own load
+            among = core.decision_load(ds, 3, variants=(other_id,))
+            assert among.running_nodes == 1 and slow_id not in among.variants
+            assert slow_id in core.decision_load(ds, 3, variants=(slow_id, other_id)).variants
             gate.set()
             await running
     finally:
@@ -432,7 +436,7 @@ async def test_decisions_reuse_their_request_and_kept_stream_objects(
     await core.start()
     ds = core.registry.datasets["toy"]
     try:
-        table = core._gen.tables["toy"]
+        table = core._gen.tables[ds]
         assert table.request(3, 4.5) is table.request(3, 4.5)
         assert table.request(3, 4.5) == RequestSpec(3, 4.5)
         for bad in (-1.0, math.nan):
@@ -451,5 +455,23 @@ async def test_decisions_reuse_their_request_and_kept_stream_objects(
             assert core.select(ds, 1, tolerance=50.0)[1] is kept
             gate.set()
             await running
+    finally:
+        await core.stop()
+
+
+async def test_a_dataset_of_a_replaced_generation_is_refused_not_decided() -> None:
+    """A request that took its dataset before a reload is refused with a retry (the stopping
+    cause), not decided on the new generation's table; the dataset the reload brought decides."""
+    core = Router(make_toy_registry()[0], Settings(warmup=False))
+    await core.start()
+    try:
+        before = core.registry.datasets["toy"]
+        assert core.select(before, 3, tolerance=4.5)[1] is not None
+        await core.reload(make_toy_registry()[0])
+        with pytest.raises(OverloadedError, match="reloaded while this request was routed") as e:
+            core.select(before, 3, tolerance=4.5)
+        assert e.value.cause == "stopping"
+        after = core.registry.datasets["toy"]
+        assert after is not before and core.select(after, 3, tolerance=4.5)[1] is not None
     finally:
         await core.stop()

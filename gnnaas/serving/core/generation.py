@@ -63,7 +63,8 @@ class Generation:
         number (int): its generation (1 at start-up, +1 per reload).
         registry (VariantRegistry): the datasets and variants.
         lanes (dict): ``(dataset, variant) -> Lane``.
-        tables (dict): ``dataset -> DecisionTable`` of the datasets with candidates.
+        tables (dict): ``ServedDataset -> DecisionTable`` of the datasets with candidates (keyed
+            by the dataset itself: a dataset of another generation finds none).
         current (dict, optional): ``dataset -> (variant, time)`` of its stream: its last
             routed request's variant, and when it was routed (the router's clock). (default:
             empty)
@@ -72,14 +73,16 @@ class Generation:
     number: int
     registry: VariantRegistry
     lanes: dict[tuple[str, str], Lane]
-    tables: dict[str, DecisionTable]
+    tables: dict[ServedDataset, DecisionTable]
     current: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
-def decision_tables(registry: VariantRegistry, settings: Settings) -> dict[str, DecisionTable]:
+def decision_tables(
+    registry: VariantRegistry, settings: Settings
+) -> dict[ServedDataset, DecisionTable]:
     """One decision table per dataset with candidates (its frontier)."""
     return {
-        ds.name: DecisionTable(
+        ds: DecisionTable(
             ds.candidates,
             lookups=ds.precomputed,
             tie_margin=settings.tie_margin,

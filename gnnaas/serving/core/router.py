@@ -39,7 +39,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -343,9 +343,11 @@ class Router:
         num_nodes: int,
         priority: str = "normal",
         now: float | None = None,
+        variants: Container[str] | None = None,
     ) -> LoadSnapshot:
         """The load a decision on ``dataset`` for ``num_nodes`` more nodes reads, measured at
-        ``now`` (the router's clock; default: now).
+        ``now`` (the router's clock; default: now); with ``variants``, the busy lanes' own
+        loads of those variants only (the ones the decision may choose).
 
         The work ahead of a new batch of ``dataset`` is what is left of the running batches plus
         the waiting work of other datasets' variants (and of a retired generation's lanes still
@@ -357,7 +359,14 @@ class Router:
         """
         now = self.clock.now() if now is None else now
         cap = self.settings.max_batch_nodes
-        current = self._stream(dataset.name, now)
+        return self._measure(
+            _Load((self, dataset, num_nodes, priority, now, not self._busy, cap)), variants
+        )
+
+    def _measure(self, load: _Load, variants: Container[str] | None) -> LoadSnapshot:
+        """:meth:`decision_load` of the request ``load`` describes."""
+        dataset, num_nodes, priority, now = load.dataset, load.num_nodes, load.priority, load.now
+        cap, current = load.max_batch_nodes, load.current
         slowdown = self.slowdown
         lookups = bool(dataset.precomputed)
         if not self._busy:
@@ -377,20 +386,25 @@ class Router:
             if lane.dataset is dataset and lanes.get((dataset.name, v)) is lane:
                 waiting += b.queued_ahead(priority)
                 running += b.in_flight_nodes
-                busy[v] = lane
+                if variants is None or v in variants:
+                    busy[v] = lane
             elif b.queued_nodes:  # other datasets' work, or a retired lane's still draining
                 ahead += lane.queued_ms()
         size = min(max(waiting, running) + num_nodes, cap)
         computed = slowdown.at(size)
         lookup = slowdown.at(size, True) if lookups else 1.0
-        loads = {
-            v: VariantLoad.busy(
-                lane.batcher.queued_nodes,
-                lookup if lane.variant.answers is not None else computed,
-                lane.batcher.room_with_eviction(priority),
-            )
-            for v, lane in busy.items()
-        }
+        loads = (
+            {
+                v: VariantLoad.busy(
+                    lane.batcher.queued_nodes,
+                    lookup if lane.variant.answers is not None else computed,
+                    lane.batcher.room_with_eviction(priority),
+                )
+                for v, lane in busy.items()
+            }
+            if busy
+            else _NO_LOADS
+        )
         return LoadSnapshot.measured(
             ahead / self.settings.max_concurrent_batches,
             waiting,
@@ -435,17 +449,16 @@ class Router:
         decision table computes each tolerance's set once)."""
         return self._table(dataset).admissible(tolerance)
 
-    def _stream(self, name: str, now: float) -> str | None:
-        """The variant dataset ``name``'s stream is on: its last routed request's, while the
-        device is busy or that request was routed less than :data:`STREAM_GAP_S` before ``now``
-        (else its stream is over: ``None``)."""
-        last = self._gen.current.get(name)
-        if last is None or (not self._busy and now - last[1] > STREAM_GAP_S):
-            return None
-        return last[0]
-
     def _table(self, dataset: ServedDataset) -> DecisionTable:
-        table = self._gen.tables.get(dataset.name)
+        gen = self._gen
+        table = gen.tables.get(dataset)
+        if table is None and gen.registry.datasets.get(dataset.name) is not dataset:
+            raise OverloadedError(
+                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
+                "retry",
+                self.settings.retry_after_s,
+                cause="stopping",
+            )
         if table is None:
             raise OverloadedError(
                 f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
@@ -501,22 +514,17 @@ class Router:
     ) -> tuple[ServingVariant, Selection, _Load]:
         """:meth:`select`'s decision (nothing pinned), with the load view it read (which
         deadline admission reads again, measured at most once)."""
-        if self._gen.registry.datasets.get(dataset.name) is not dataset:
-            raise OverloadedError(
-                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
-                "retry",
-                self.settings.retry_after_s,
-                cause="stopping",
-            )
-        # the table read here, _table (and its refusal) only when there is none: a frame less
-        table = self._gen.tables.get(dataset.name) or self._table(dataset)
+        gen = self._gen
+        # the table read here, _table (and its refusals) only when there is none: a frame less
+        table = gen.tables.get(dataset) or self._table(dataset)
         now = self.clock.now() if now is None else now
         if slo_ms is None and deadline_ms is None:
             request = table.request(num_nodes, tolerance)
         else:
             at = None if deadline_ms is None else now + deadline_ms / 1e3
             request = RequestSpec(num_nodes, tolerance, slo_ms, at)
-        load = _Load((self, dataset, num_nodes, priority, now))
+        cap = self.settings.max_batch_nodes
+        load = _Load((self, dataset, num_nodes, priority, now, not self._busy, cap))
         selection = table.decide(request, load, now)
         variant = dataset.variants[selection.variant_id]
         answers = variant.answers
@@ -530,7 +538,7 @@ class Router:
             if answers.any_stale(ids):
                 selection = table.decide(request, load, now, computed_only=True)
                 variant = dataset.variants[selection.variant_id]
-        self._gen.current[dataset.name] = (selection.variant_id, now)
+        gen.current[dataset.name] = (selection.variant_id, now)
         return variant, selection, load
 
     # -- serving ---------------------------------------------------------------------------------
@@ -586,7 +594,8 @@ class Router:
             )
         if expires is not None and left_ms is not None and deadline_ms is not None:
             if load is None:  # pinned: no decision built one, only the admission reads it
-                load = _Load((self, dataset, num_nodes, priority, now))
+                cap = self.settings.max_batch_nodes
+                load = _Load((self, dataset, num_nodes, priority, now, not self._busy, cap))
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
             lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
@@ -836,6 +845,17 @@ def _pinned(dataset: ServedDataset, variant_id: str) -> ServingVariant:
     return variant
 
 
+def _stream_of(load: _Load) -> str | None:
+    """The variant the stream of ``load``'s dataset is on: its last routed request's, while the
+    device is busy or that request was routed less than :data:`STREAM_GAP_S` before the load's
+    time (else its stream is over: ``None``). ``_Load.current``, without a frame of its own."""
+    router, now = load[0], load[4]
+    last = router._gen.current.get(load[1].name)
+    if last is None or (not router._busy and now - last[1] > STREAM_GAP_S):
+        return None
+    return last[0]
+
+
 class _Load(tuple):
     """The load a decision reads (:class:`~gnnaas.policy.LoadView`), measured only when the
     decision needs it, then once: the stream's variant, whether the device is idle, the batch
@@ -853,26 +873,15 @@ class _Load(tuple):
     num_nodes = property(itemgetter(2), doc="The request's node count.")
     priority = property(itemgetter(3), doc="The request's priority.")
     now = property(itemgetter(4), doc="The decision's time on the router's clock.")
+    idle = property(itemgetter(5), doc="Nothing ran or waited on the device at ``now``.")
+    max_batch_nodes = property(itemgetter(6), doc="The largest batch a lane runs.")
 
-    @property
-    def idle(self) -> bool:
-        """Nothing runs or waits on the device."""
-        return not self.router._busy
-
-    @property
-    def max_batch_nodes(self) -> int:
-        """The largest batch a lane runs."""
-        return self.router.settings.max_batch_nodes
-
-    @property
-    def current(self) -> str | None:
-        """The variant the dataset's stream is on."""
-        return self.router._stream(self.dataset.name, self.now)
+    current = property(_stream_of, doc="The variant the dataset's stream is on.")
 
     def alone(self, lookup: bool) -> float:
         """The device's slowdown for this request's batch alone (a lookup's with ``lookup``)."""
-        nodes, cap = self.num_nodes, self.max_batch_nodes
-        return self.router.slowdown.at(nodes if nodes < cap else cap, lookup)
+        nodes, cap = self[2], self[6]
+        return self[0].slowdown.at(nodes if nodes < cap else cap, lookup)
 
     def room(self, variant_id: str) -> int | None:
         """The room of ``variant_id``'s lane for this request's priority while it has work."""
@@ -882,12 +891,11 @@ class _Load(tuple):
             return None
         return lane.batcher.room_with_eviction(self.priority)
 
-    def snapshot(self) -> LoadSnapshot:
-        """The load measured in full (:meth:`Router.decision_load`), at the decision's time."""
+    def snapshot(self, variants: Container[str] | None = None) -> LoadSnapshot:
+        """The load measured in full (:meth:`Router.decision_load`), at the decision's time,
+        once: a later call (deadline admission, of the chosen variant) reads the same."""
         memo = self.__dict__
         snapshot = memo.get("_snapshot")
         if snapshot is None:
-            snapshot = memo["_snapshot"] = self.router.decision_load(
-                self.dataset, self.num_nodes, self.priority, self.now
-            )
+            snapshot = memo["_snapshot"] = self[0]._measure(self, variants)
         return snapshot
