@@ -1,0 +1,375 @@
+"""One routing decision against a baseline checkout's: the same profiles, timed alternately.
+
+``bench_decision.py`` gives one checkout's figures; on a small shared VM they move by a third or
+more from day to day, so "no slower than before" cannot be read off two of its pages. This script
+times the decision of this checkout and of another (``--baseline``: a git worktree of an older
+commit) on the same variants and profiles (``bench_decision``'s, profiled on one thread: neither
+server re-times a curve, so both decide over one frontier), in subprocesses run alternately
+(``--pairs``; each pair swaps the order), every cell (tolerances 0, 1, 2, 5; requests of 1 and 64
+nodes; an idle device and a backlog on the slowest routed variant, as ``bench_decision``) timed
+in ``--rounds`` rounds of ``--decisions`` decisions on the deciding thread's CPU clock.
+
+Per cell the page gives each checkout's median over its runs (each run's median over its rounds),
+their ratio, the ratio within each pair, the function calls of one decision (``cProfile``) and
+each checkout's choice. Two rows per cell for this checkout when it has ``Router._decide``: what
+``Router.predict`` runs (``select``, what ``bench_decision`` times, wraps it for callers that may
+pin a variant); a baseline whose ``predict`` called ``select`` is timed on ``select`` in both.
+
+A baseline may check execution-settings columns that profiles no longer record (``fused_forward``
+and ``fast_sampler``, switches of an implementation since made the only one): the profiles are
+copied for the run with those columns set to 1, which today's reader ignores.
+
+Writes ``decision-ab.json`` and ``decision-ab.md`` rendered from it (``--render`` rewrites the
+page).
+
+Example:
+    git worktree add ../gnnaas-baseline d056f9e
+    python benchmarks/bench_decision_ab.py --baseline ../gnnaas-baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from common import (
+    FULL,
+    REPO,
+    RESULTS,
+    command_line,
+    machine_info,
+    prepare,
+    render_saved,
+    save_results,
+    say,
+    utc_now,
+)
+
+__all__ = ["main", "render"]
+
+TOLERANCES = (0.0, 1.0, 2.0, 5.0)
+SIZES = (1, 64)
+LIMIT = 1.10  # no slower than the baseline by more than 10 % (issue 37's bound)
+RETIRED_COLUMNS = ("fused_forward", "fast_sampler")
+
+
+def _median(values: list[float]) -> float:
+    """The median (``gnnaas.stats.median``'s definition; the worker cannot import it from this
+    checkout, whose gnnaas is not the one it times)."""
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+# -- the worker: one checkout, in its own process ----------------------------------------------
+
+
+def _worker(args: argparse.Namespace) -> None:
+    if "gnnaas" in sys.modules:  # this checkout's: the other's could no longer be imported
+        raise RuntimeError("the worker must import gnnaas from the checkout it times")
+    sys.path.insert(0, str(Path(args.worker).resolve()))  # the timed checkout's gnnaas first
+    os.environ.setdefault("GNNAAS_LOG_LEVEL", "WARNING")
+    out = asyncio.run(_time_checkout(args))
+    Path(args.json).write_text(json.dumps(out))
+
+
+def _stream(router: Any) -> dict[str, Any]:
+    """The router's record of each dataset's stream (named ``_last`` before the generation)."""
+    return router._last if hasattr(router, "_last") else router._gen.current
+
+
+def _cell(router: Any, ds: Any, nodes: int, tol: float, args: Any, path: bool) -> dict[str, Any]:
+    """Median and least µs over the rounds, calls and choice of one cell; ``path``: time
+    ``Router._decide`` (what predict runs) instead of ``select``. The stream's variant is put
+    back after each round, so every round decides from the same state."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    ids = torch.arange(min(nodes, ds.num_nodes))
+    stream = _stream(router)
+    kept = stream.get(ds.name)
+
+    def put_back() -> None:
+        if kept is None:
+            stream.pop(ds.name, None)
+        else:
+            stream[ds.name] = kept
+
+    select, decide, n = router.select, getattr(router, "_decide", None), args.decisions
+    rounds = []
+    for _ in range(args.rounds):
+        if path:
+            start = time.thread_time()
+            for _ in range(n):
+                decide(ds, nodes, tol, None, ids, None, "normal", None)
+        else:
+            start = time.thread_time()
+            for _ in range(n):
+                select(ds, nodes, tolerance=tol, nodes=ids)
+        rounds.append((time.thread_time() - start) / n * 1e6)
+        put_back()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(n // 20):
+        select(ds, nodes, tolerance=tol, nodes=ids)
+    profile.disable()
+    choice = select(ds, nodes, tolerance=tol, nodes=ids)[0].variant_id
+    put_back()
+    return {
+        "median_us": _median(rounds),
+        "min_us": min(rounds),
+        "calls": round(pstats.Stats(profile).total_calls / (n // 20)),
+        "choice": choice,
+    }
+
+
+async def _time_checkout(args: argparse.Namespace) -> dict[str, Any]:
+    from gnnaas.serving import Router, Settings, VariantRegistry
+
+    settings = Settings(
+        variants_dir=Path(args.variants),
+        profiles_dir=Path(args.profiles),
+        datasets=[args.dataset],
+        warmup=False,
+        device="cpu",
+    )
+    registry = VariantRegistry.load(settings)
+    router = Router(registry, settings)
+    await router.start()
+    path = hasattr(router, "_decide")
+    out: dict[str, Any] = {"cells": {}, "path": {}}
+    try:
+        ds = next(iter(registry.datasets.values()))
+        out["routed"] = sorted(c.variant_id for c in ds.candidates)
+        out["retimed"] = sorted(
+            v.variant_id
+            for v in ds.variants.values()
+            if v.profile is not None and getattr(v.profile, "retimed", False)
+        )
+        for state in ("idle", "busy"):
+            backlog = await _backlog(router, ds) if state == "busy" else []
+            for tol in TOLERANCES:
+                for size in SIZES:
+                    key = f"{state} {tol:g}/{size}"
+                    out["cells"][key] = _cell(router, ds, size, tol, args, False)
+                    if path:
+                        out["path"][key] = _cell(router, ds, size, tol, args, True)["median_us"]
+            await asyncio.gather(*backlog)
+    finally:
+        await router.stop()
+    return out
+
+
+async def _backlog(router: Any, ds: Any) -> list[Any]:
+    """Real requests queued on the slowest routed variant, one batch of them running."""
+    import torch
+
+    slowest = max(ds.candidates, key=lambda c: c.service.predict(64)).variant_id
+    ids = torch.arange(min(ds.num_nodes, 64))
+    backlog = [asyncio.ensure_future(router.predict(ds, ids, pinned=slowest)) for _ in range(40)]
+    lane = router.lane(ds.name, slowest)
+    for _ in range(1000):
+        await asyncio.sleep(0)
+        if lane.batcher.in_flight_since is not None and lane.batcher.queued_requests:
+            break
+    return backlog
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+def _profiles_copy(profiles: Path, dataset: str, into: Path) -> Path:
+    """``profiles``' files of ``dataset`` under ``into``, with :data:`RETIRED_COLUMNS` set to 1
+    where a row lacks them."""
+    src, dst = profiles / dataset, into / dataset
+    dst.mkdir(parents=True)
+    (dst / "profiles.csv").write_bytes((src / "profiles.csv").read_bytes())
+    with open(src / "service_times.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    fields = list(rows[0]) + [c for c in RETIRED_COLUMNS if c not in rows[0]]
+    with open(dst / "service_times.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows({c: 1 for c in RETIRED_COLUMNS} | row for row in rows)
+    return into
+
+
+def _commit(checkout: Path) -> str:
+    """The short commit of ``checkout``, ``+changes`` when its tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        command = ["git", "-C", str(checkout), *args]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if changed else "")
+
+
+def _run(checkout: Path, dataset: str, variants: Path, profiles: Path, args: Any) -> Any:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            str(checkout),
+            "--dataset",
+            dataset,
+            "--variants",
+            str(variants),
+            "--profiles",
+            str(profiles),
+            "--json",
+            out.name,
+            "--rounds",
+            str(args.rounds),
+            "--decisions",
+            str(args.decisions),
+        ]
+        subprocess.run(command, check=True, env=os.environ | {"GNNAAS_LOG_LEVEL": "ERROR"})
+        return json.loads(Path(out.name).read_text())
+
+
+def _dataset(dataset: str, baseline: Path, args: Any) -> dict[str, Any]:
+    variants, profiles = prepare(replace(FULL, dataset=dataset, threads=1), args.workdir, "cpu")
+    runs: dict[str, list[Any]] = {"baseline": [], "this": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        copied = _profiles_copy(profiles, dataset, Path(tmp))
+        for pair in range(args.pairs):
+            order = ("baseline", "this") if pair % 2 == 0 else ("this", "baseline")
+            for who in order:
+                say(f"{dataset}: pair {pair + 1}/{args.pairs}, {who}")
+                checkout = baseline if who == "baseline" else REPO
+                runs[who].append(_run(checkout, dataset, variants, copied, args))
+    return _summary(runs)
+
+
+def _summary(runs: dict[str, list[Any]]) -> dict[str, Any]:
+    base, this = runs["baseline"], runs["this"]
+    cells = {}
+    for key in base[0]["cells"]:
+        b = [r["cells"][key]["median_us"] for r in base]
+        t = [r["cells"][key]["median_us"] for r in this]
+        paths = [r["path"][key] for r in this if key in r["path"]]
+        cells[key] = {
+            "baseline_us": _median(b),
+            "this_us": _median(t),
+            "pairs": [round(y / x, 3) for x, y in zip(b, t, strict=True)],
+            "path_us": _median(paths) if paths else None,
+            "calls": [base[0]["cells"][key]["calls"], this[0]["cells"][key]["calls"]],
+            "choice": [base[0]["cells"][key]["choice"], this[0]["cells"][key]["choice"]],
+        }
+    return {
+        "routed": len(this[0]["routed"]),
+        "same_frontier": all(r["routed"] == this[0]["routed"] for r in base + this),
+        "retimed": sorted({v for r in base + this for v in r["retimed"]}),
+        "cells": cells,
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "# Routing decision cost against a baseline",
+        "",
+        f"Machine: {m['cpu']} ({m['cores']} cores), torch {m['torch']}, run {results['run_at']}.",
+        "",
+        f"This checkout ({results['this']}) against the baseline {results['baseline']}, on the "
+        f"same variants and profiles, {results['pairs']} pairs of runs in alternate order, each "
+        f"cell {results['rounds']} rounds of {results['decisions']} decisions (µs per decision, "
+        "on the deciding thread's CPU clock; each checkout's median over its runs of each run's "
+        "median). **ratio**: this / baseline, overall and within each pair. **request path**: "
+        "what `Router.predict` runs in this checkout (`Router._decide`; `select` wraps it), "
+        "against the baseline's `select` (what its `predict` ran). Calls: one decision's "
+        f"function calls (`cProfile`), baseline / this. Bound: a ratio ≤ {LIMIT:.2f}.",
+        "",
+        f"Reproduce: `{results['command']}` (`--baseline`: a worktree of {results['baseline']})",
+        "",
+    ]
+    for name, d in results["datasets"].items():
+        worst = max(c["this_us"] / c["baseline_us"] for c in d["cells"].values())
+        paths = [c["path_us"] / c["baseline_us"] for c in d["cells"].values() if c["path_us"]]
+        lines += [
+            f"## {name}",
+            "",
+            f"{d['routed']} variants routed, the same frontier in every run: "
+            f"{'yes' if d['same_frontier'] else '**no**'}; curves re-timed: "
+            f"{len(d['retimed'])}. Largest ratio: **{worst:.2f}**"
+            + (f"; on the request path: **{max(paths):.2f}**." if paths else "."),
+            "",
+            "| cell | baseline | this | ratio | per pair | request path | ratio | calls "
+            "| choice (baseline / this) |",
+            "|---|---:|---:|---:|---|---:|---:|---:|---|",
+        ]
+        for key, c in d["cells"].items():
+            path = c["path_us"]
+            choice = c["choice"][0] if c["choice"][0] == c["choice"][1] else " / ".join(c["choice"])
+            lines.append(
+                f"| {key} | {c['baseline_us']:.2f} | {c['this_us']:.2f} "
+                f"| {c['this_us'] / c['baseline_us']:.2f} "
+                f"| {' '.join(f'{p:.2f}' for p in c['pairs'])} "
+                + (f"| {path:.2f} | {path / c['baseline_us']:.2f} " if path else "| | ")
+                + f"| {c['calls'][0]} / {c['calls'][1]} | `{choice}` |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="a checkout (git worktree) to time against")
+    parser.add_argument("--datasets", nargs="+", default=["synth-flickr@0.2", "Cora"])
+    parser.add_argument("--workdir", type=Path, default=Path(".cache/bench"))
+    parser.add_argument("--pairs", type=int, default=4, help="runs of each checkout, alternated")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds per cell and run")
+    parser.add_argument("--decisions", type=int, default=3000, help="decisions per round")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--render", type=Path, help="rewrite the page from a saved JSON")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    for hidden in ("--dataset", "--variants", "--profiles", "--json"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return 0
+    if args.render:
+        render_saved(args.render, render)
+        return 0
+    if args.baseline is None or not (args.baseline / "gnnaas" / "serving").is_dir():
+        parser.error("--baseline must name a gnnaas checkout (a git worktree of an older commit)")
+    baseline = args.baseline.resolve()
+    command = command_line("bench_decision_ab.py", argv)
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "run_at": utc_now(),
+        "command": command.replace(str(args.baseline), "BASELINE"),
+        "this": _commit(REPO),
+        "baseline": _commit(baseline),
+        "pairs": args.pairs,
+        "rounds": args.rounds,
+        "decisions": args.decisions,
+        "datasets": {},
+    }
+    for dataset in args.datasets:
+        results["datasets"][dataset] = _dataset(dataset, baseline, args)
+    save_results("decision-ab", results, render, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:  # before exit_status, which imports this checkout's gnnaas
+        raise SystemExit(main())
+    from common import exit_status
+
+    raise SystemExit(exit_status(main))
