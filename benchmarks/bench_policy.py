@@ -557,6 +557,20 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _expected_below(controls: int, cells: int) -> str:
+    """How many of ``cells`` rule ratios drawn from the control's own noise would fall below its
+    floor: each is as likely as any of the ``controls`` ratios to be the most extreme of them
+    all, and low half the time, so ``1 / (2 (controls + 1))`` of them."""
+    p = 1 / (2 * (controls + 1))
+    return (
+        f"Were every rule ratio drawn from that same noise, one would fall below the floor with "
+        f"probability about 1/(2({controls}+1)) = {p:.2f} (as likely as each of the {controls} "
+        f"control ratios to be the most extreme, and low half the time): about "
+        f"{p * cells:.1f} of the {cells} cells with no fault of the rule's, more where the best "
+        "fixed variant is the fastest of several noisy pins (the highest of them is biased up)."
+    )
+
+
 def _twin_lines(results: dict[str, Any]) -> list[str]:
     """The control: one variant pinned twice, and what its ratio says about the rule's."""
     rows = twins(results)
@@ -568,7 +582,8 @@ def _twin_lines(results: dict[str, Any]) -> list[str]:
         "`pin:X` and `twin:X`, measured like every other policy. Their ratio is what two "
         "policies that serve alike reach against each other in this run: the noise of the "
         f"rule's comparison. Lowest over the run, either way: **{floor:.2f}**; a rule ratio "
-        "at or above it (or above the rule's factor) is within that noise.",
+        "at or above it (or above the rule's factor) is within that noise. "
+        + _expected_below(len(rows), sum(1 for r in check(results, 1.0) if r["best_fixed"])),
         "",
         "| size | variant | repeat | pin req/s | twin req/s | twin / pin |",
         "|---:|---|---:|---:|---:|---:|",

@@ -475,6 +475,8 @@ def test_bench_policy_pins_its_control_twice_and_reads_the_rule_against_its_nois
         | {"overhead": _OVERHEAD, "args_line": "", "dataset": "toy", "picks": []}
     )
     assert "Lowest over the run, either way: **0.80**" in page
+    # 2 control ratios, 2 rule cells: below the floor by noise alone with probability 1/6 each
+    assert "probability about 1/(2(2+1)) = 0.17" in page and "about 0.3 of the 2 cells" in page
     assert "| 1 | 0 | 1 | 80 | pin:full | 100 | 0.80 | **no** | yes |" in page
     assert "| 1 | 0 | 2 | 70 | pin:full | 100 | 0.70 | **no** | **no** |" in page
 
