@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import os
-import pstats
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,22 +44,26 @@ from typing import Any
 from gnnaas.stats import median
 
 from common import (
+    DECISION_SIZES,
+    DECISION_TOLERANCES,
     FULL,
     RESULTS,
     command_line,
+    decision_backlog,
+    decision_router,
     machine_info,
     prepare,
     render_saved,
     save_results,
     say,
     shown,
+    time_decisions,
     utc_now,
 )
 
 __all__ = ["main", "render"]
 
-TOLERANCES = (0.0, 1.0, 2.0, 5.0)
-SIZES = (1, 64)
+TOLERANCES, SIZES = DECISION_TOLERANCES, DECISION_SIZES
 CLOCKS = {
     "thread": "on the CPU clock of the deciding thread, which the running batch's own thread "
     "does not take",
@@ -71,64 +72,10 @@ CLOCKS = {
 GOAL_US = 10.0
 
 
-def _time_select(
-    router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: int
-) -> tuple[float, int]:
-    """Median over ``rounds`` of the mean CPU µs of the deciding thread over ``n`` decisions,
-    and the function calls of one (:func:`_calls`), each decision given the request's node ids
-    as the predict route gives them (a precomputed variant's pick checks them) and the stream's
-    variant put back after each round (every round decides from the same state)."""
-    import torch
-
-    select, last = router.select, router._gen.current
-    ids = torch.arange(min(nodes, ds.num_nodes))
-    current = last.get(ds.name)
-
-    def put_back() -> None:
-        if current is None:
-            last.pop(ds.name, None)
-        else:
-            last[ds.name] = current
-
-    per_round = []
-    for _ in range(rounds):
-        start = time.thread_time()
-        for _ in range(n):
-            select(ds, nodes, tolerance=tol, nodes=ids)
-        per_round.append((time.thread_time() - start) / n * 1e6)
-        put_back()
-    calls = _calls(select, ds, nodes, tol, ids, n // 20 or 1)
-    put_back()
-    return median(per_round), calls
-
-
-def _calls(select: Any, ds: Any, nodes: int, tol: float, ids: Any, n: int) -> int:
-    """Function calls per decision (``cProfile``'s count over ``n`` decisions)."""
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(n):
-        select(ds, nodes, tolerance=tol, nodes=ids)
-    profile.disable()
-    return round(pstats.Stats(profile).total_calls / n)
-
-
 async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> dict[str, Any]:
-    import torch
-
-    from gnnaas.serving import Router, Settings, VariantRegistry
-
-    settings = Settings(
-        variants_dir=variants,
-        profiles_dir=profiles,
-        datasets=[dataset],
-        warmup=False,
-        device=args.device,
-    )
-    registry = VariantRegistry.load(settings)
-    router = Router(registry, settings)
-    await router.start()
+    router = await decision_router(variants, profiles, dataset, args.device)
     try:
-        ds = next(iter(registry.datasets.values()))
+        ds = next(iter(router.registry.datasets.values()))
         routed = [c.variant_id for c in ds.candidates]
         out: dict[str, Any] = {
             "variants": len(ds.variants),
@@ -142,32 +89,25 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
             "busy": {},
             "calls": {"idle": {}, "busy": {}},
         }
-        for tol in TOLERANCES:
-            for size in SIZES:
-                us, calls = _time_select(router, ds, size, tol, args.decisions, args.rounds)
-                out["idle"][f"{tol:g}/{size}"] = round(us, 2)
-                out["calls"]["idle"][f"{tol:g}/{size}"] = calls
+
+        def time_cells(state: str) -> None:
+            for tol in TOLERANCES:
+                for size in SIZES:
+                    timings, calls, _ = time_decisions(
+                        router, ds, size, tol, args.decisions, args.rounds
+                    )
+                    out[state][f"{tol:g}/{size}"] = round(median(timings), 2)
+                    out["calls"][state][f"{tol:g}/{size}"] = calls
+
+        time_cells("idle")
         # A backlog on the slowest routed variant: one batch running, the rest queued.
-        slowest = max(ds.candidates, key=lambda c: c.service.predict(64)).variant_id
-        ids = torch.arange(min(ds.num_nodes, 64))
-        backlog = [
-            asyncio.ensure_future(router.predict(ds, ids, pinned=slowest)) for _ in range(40)
-        ]
-        lane = router.lane(ds.name, slowest)
-        for _ in range(1000):
-            await asyncio.sleep(0)
-            if lane.batcher.in_flight_since is not None and lane.batcher.queued_requests:
-                break
+        backlog, lane = await decision_backlog(router, ds)
         busy_state = {
-            "variant": slowest,
+            "variant": lane.variant.variant_id,
             "queued_nodes": lane.batcher.queued_nodes,
             "running_nodes": lane.batcher.in_flight_nodes,
         }
-        for tol in TOLERANCES:
-            for size in SIZES:
-                us, calls = _time_select(router, ds, size, tol, args.decisions, args.rounds)
-                out["busy"][f"{tol:g}/{size}"] = round(us, 2)
-                out["calls"]["busy"][f"{tol:g}/{size}"] = calls
+        time_cells("busy")
         busy_state["still_queued_nodes"] = lane.batcher.queued_nodes
         out["backlog"] = busy_state
         await asyncio.gather(*backlog)

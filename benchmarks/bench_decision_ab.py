@@ -37,28 +37,30 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from common import (
+    DECISION_SIZES,
+    DECISION_TOLERANCES,
     FULL,
     REPO,
     RESULTS,
     command_line,
+    decision_backlog,
+    decision_router,
     machine_info,
     prepare,
     render_saved,
     save_results,
     say,
+    time_decisions,
     utc_now,
 )
 
 __all__ = ["main", "render"]
 
-TOLERANCES = (0.0, 1.0, 2.0, 5.0)
-SIZES = (1, 64)
 LIMIT = 1.10  # no slower than the baseline by more than 10 % (issue 37's bound)
 RETIRED_COLUMNS = ("fused_forward", "fast_sampler")
 
@@ -83,75 +85,21 @@ def _worker(args: argparse.Namespace) -> None:
     Path(args.json).write_text(json.dumps(out))
 
 
-def _stream(router: Any) -> dict[str, Any]:
-    """The router's record of each dataset's stream (named ``_last`` before the generation)."""
-    return router._last if hasattr(router, "_last") else router._gen.current
-
-
 def _cell(router: Any, ds: Any, nodes: int, tol: float, args: Any, path: bool) -> dict[str, Any]:
-    """Median and least µs over the rounds, calls and choice of one cell; ``path``: time
-    ``Router._decide`` (what predict runs) instead of ``select``. The stream's variant is put
-    back after each round, so every round decides from the same state."""
-    import cProfile
-    import pstats
-
-    import torch
-
-    ids = torch.arange(min(nodes, ds.num_nodes))
-    stream = _stream(router)
-    kept = stream.get(ds.name)
-
-    def put_back() -> None:
-        if kept is None:
-            stream.pop(ds.name, None)
-        else:
-            stream[ds.name] = kept
-
-    select, decide, n = router.select, getattr(router, "_decide", None), args.decisions
-    rounds = []
-    for _ in range(args.rounds):
-        if path:
-            start = time.thread_time()
-            for _ in range(n):
-                decide(ds, nodes, tol, None, ids, None, "normal", None)
-        else:
-            start = time.thread_time()
-            for _ in range(n):
-                select(ds, nodes, tolerance=tol, nodes=ids)
-        rounds.append((time.thread_time() - start) / n * 1e6)
-        put_back()
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(n // 20):
-        select(ds, nodes, tolerance=tol, nodes=ids)
-    profile.disable()
-    choice = select(ds, nodes, tolerance=tol, nodes=ids)[0].variant_id
-    put_back()
-    return {
-        "median_us": _median(rounds),
-        "min_us": min(rounds),
-        "calls": round(pstats.Stats(profile).total_calls / (n // 20)),
-        "choice": choice,
-    }
+    """One cell of one run (:func:`common.time_decisions`): median and least µs over the rounds,
+    calls and choice."""
+    timings, calls, choice = time_decisions(
+        router, ds, nodes, tol, args.decisions, args.rounds, path=path
+    )
+    return {"median_us": _median(timings), "min_us": min(timings), "calls": calls, "choice": choice}
 
 
 async def _time_checkout(args: argparse.Namespace) -> dict[str, Any]:
-    from gnnaas.serving import Router, Settings, VariantRegistry
-
-    settings = Settings(
-        variants_dir=Path(args.variants),
-        profiles_dir=Path(args.profiles),
-        datasets=[args.dataset],
-        warmup=False,
-        device="cpu",
-    )
-    registry = VariantRegistry.load(settings)
-    router = Router(registry, settings)
-    await router.start()
+    router = await decision_router(Path(args.variants), Path(args.profiles), args.dataset, "cpu")
     path = hasattr(router, "_decide")
     out: dict[str, Any] = {"cells": {}, "path": {}}
     try:
-        ds = next(iter(registry.datasets.values()))
+        ds = next(iter(router.registry.datasets.values()))
         out["routed"] = sorted(c.variant_id for c in ds.candidates)
         out["retimed"] = sorted(
             v.variant_id
@@ -159,9 +107,9 @@ async def _time_checkout(args: argparse.Namespace) -> dict[str, Any]:
             if v.profile is not None and getattr(v.profile, "retimed", False)
         )
         for state in ("idle", "busy"):
-            backlog = await _backlog(router, ds) if state == "busy" else []
-            for tol in TOLERANCES:
-                for size in SIZES:
+            backlog = (await decision_backlog(router, ds))[0] if state == "busy" else []
+            for tol in DECISION_TOLERANCES:
+                for size in DECISION_SIZES:
                     key = f"{state} {tol:g}/{size}"
                     out["cells"][key] = _cell(router, ds, size, tol, args, False)
                     if path:
@@ -170,21 +118,6 @@ async def _time_checkout(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await router.stop()
     return out
-
-
-async def _backlog(router: Any, ds: Any) -> list[Any]:
-    """Real requests queued on the slowest routed variant, one batch of them running."""
-    import torch
-
-    slowest = max(ds.candidates, key=lambda c: c.service.predict(64)).variant_id
-    ids = torch.arange(min(ds.num_nodes, 64))
-    backlog = [asyncio.ensure_future(router.predict(ds, ids, pinned=slowest)) for _ in range(40)]
-    lane = router.lane(ds.name, slowest)
-    for _ in range(1000):
-        await asyncio.sleep(0)
-        if lane.batcher.in_flight_since is not None and lane.batcher.queued_requests:
-            break
-    return backlog
 
 
 # -- the driver ------------------------------------------------------------------------------

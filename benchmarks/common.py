@@ -26,6 +26,7 @@ Scripts run as ``python benchmarks/<script>.py``: Python puts ``benchmarks/`` fi
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime as _dt
 import importlib.util
@@ -442,6 +443,97 @@ def prepare(
         )
     say(f"prepare: done in {time.monotonic() - t0:.0f} s")
     return variants, profiles
+
+
+DECISION_TOLERANCES = (0.0, 1.0, 2.0, 5.0)
+"""The tolerances the decision benchmarks time (``bench_decision``, ``bench_decision_ab``)."""
+DECISION_SIZES = (1, 64)
+"""Their request sizes (nodes)."""
+
+
+async def decision_router(variants: Path, profiles: Path, dataset: str, device: str) -> Any:
+    """A started router on ``dataset``'s variants and profiles, in-process, as ``gnnaas serve``
+    builds it (``VariantRegistry.load``, ``Router``; no warm-up), with the server's default
+    settings (one torch thread, the inline threshold)."""
+    from gnnaas.serving import Router, Settings, VariantRegistry
+
+    settings = Settings(
+        variants_dir=variants,
+        profiles_dir=profiles,
+        datasets=[dataset],
+        warmup=False,
+        device=device,
+    )
+    router = Router(VariantRegistry.load(settings), settings)
+    await router.start()
+    return router
+
+
+async def decision_backlog(router: Any, ds: Any) -> tuple[list[Any], Any]:
+    """A backlog of real requests on ``ds``'s slowest routed variant, one batch of it running
+    once this returns (the event loop does not run while a timing loop does, so every decision
+    timed then sees the same backlog): the requests' futures and the variant's lane. Only the
+    router's public calls and a lane's batcher are read: it runs on older checkouts too."""
+    import torch
+
+    slowest = max(ds.candidates, key=lambda c: c.service.predict(64)).variant_id
+    ids = torch.arange(min(ds.num_nodes, 64))
+    backlog = [asyncio.ensure_future(router.predict(ds, ids, pinned=slowest)) for _ in range(40)]
+    lane = router.lane(ds.name, slowest)
+    for _ in range(1000):
+        await asyncio.sleep(0)
+        if lane.batcher.in_flight_since is not None and lane.batcher.queued_requests:
+            break
+    return backlog, lane
+
+
+def time_decisions(
+    router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: int, *, path: bool = False
+) -> tuple[list[float], int, str]:
+    """One cell of the decision benchmarks: ``rounds`` timings (mean CPU µs of the deciding
+    thread over ``n`` decisions, ``time.thread_time``), the function calls of one decision
+    (``cProfile``'s count over ``n // 20``) and the variant chosen. Each decision gets the
+    request's node ids as the predict route gives them (a precomputed variant's pick checks
+    them); the stream's variant is put back after each round, so every round decides from the
+    same state. ``path``: time ``Router._decide``, what ``Router.predict`` runs (``select``
+    wraps it), instead of ``Router.select``. Reads ``_last`` on a checkout from before the
+    router's generation (``bench_decision_ab`` times older ones)."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    ids = torch.arange(min(nodes, ds.num_nodes))
+    stream = router._last if hasattr(router, "_last") else router._gen.current
+    kept = stream.get(ds.name)
+
+    def put_back() -> None:
+        if kept is None:
+            stream.pop(ds.name, None)
+        else:
+            stream[ds.name] = kept
+
+    select, decide = router.select, getattr(router, "_decide", None)
+    timings = []
+    for _ in range(rounds):
+        start = time.thread_time()
+        if path:
+            for _ in range(n):
+                decide(ds, nodes, tol, None, ids, None, "normal", None)
+        else:
+            for _ in range(n):
+                select(ds, nodes, tolerance=tol, nodes=ids)
+        timings.append((time.thread_time() - start) / n * 1e6)
+        put_back()
+    profiled = max(n // 20, 1)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(profiled):
+        select(ds, nodes, tolerance=tol, nodes=ids)
+    profile.disable()
+    choice = select(ds, nodes, tolerance=tol, nodes=ids)[0].variant_id
+    put_back()
+    return timings, round(pstats.Stats(profile).total_calls / profiled), choice
 
 
 def computed_only(variants: Path, dataset: str, workdir: Path) -> Path:
