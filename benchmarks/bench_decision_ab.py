@@ -79,7 +79,12 @@ def _median(values: list[float]) -> float:
 def _worker(args: argparse.Namespace) -> None:
     if "gnnaas" in sys.modules:  # this checkout's: the other's could no longer be imported
         raise RuntimeError("the worker must import gnnaas from the checkout it times")
-    sys.path.insert(0, str(Path(args.worker).resolve()))  # the timed checkout's gnnaas first
+    checkout = Path(args.worker).resolve()
+    sys.path.insert(0, str(checkout))  # the timed checkout's gnnaas first
+    import gnnaas
+
+    if not Path(gnnaas.__file__).resolve().is_relative_to(checkout):
+        raise RuntimeError(f"gnnaas came from {gnnaas.__file__}, not the checkout timed")
     os.environ.setdefault("GNNAAS_LOG_LEVEL", "WARNING")
     out = asyncio.run(_time_checkout(args))
     Path(args.json).write_text(json.dumps(out))

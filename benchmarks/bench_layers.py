@@ -142,7 +142,10 @@ class _Source:
 # The router's functions that run the policy; not its ``predict``, which goes by the line it runs.
 _POLICY_FUNCS = (
     "select",
+    "_decide",
     "decision_load",
+    "_measure",
+    "_stream_of",
     "load_snapshot",
     "_admit",
 )

@@ -491,13 +491,14 @@ def time_decisions(
     router: Any, ds: Any, nodes: int, tol: float, n: int, rounds: int, *, path: bool = False
 ) -> tuple[list[float], int, str]:
     """One cell of the decision benchmarks: ``rounds`` timings (mean CPU µs of the deciding
-    thread over ``n`` decisions, ``time.thread_time``), the function calls of one decision
-    (``cProfile``'s count over ``n // 20``) and the variant chosen. Each decision gets the
-    request's node ids as the predict route gives them (a precomputed variant's pick checks
-    them); the stream's variant is put back after each round, so every round decides from the
-    same state. ``path``: time ``Router._decide``, what ``Router.predict`` runs (``select``
-    wraps it), instead of ``Router.select``. Reads ``_last`` on a checkout from before the
-    router's generation (``bench_decision_ab`` times older ones)."""
+    thread over ``n`` decisions, ``time.thread_time``), the function calls of one
+    ``Router.select`` (``cProfile``'s count over ``n // 20``) and the variant it chose. Each
+    decision gets the request's node ids as the predict route gives them (a precomputed
+    variant's pick checks them); the stream's variant is put back after each round, so every
+    round decides from the same state. ``path``: time ``Router._decide``, what
+    ``Router.predict`` runs (``select`` wraps it), instead of ``Router.select``. Reads ``_last``
+    on a checkout from before the router's generation (``bench_decision_ab`` times older
+    ones)."""
     import cProfile
     import pstats
 

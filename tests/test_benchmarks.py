@@ -214,6 +214,9 @@ LINES = {
         (f"run ({EXECUTOR}:4)", "forward"),
         ("decide (/repo/gnnaas/policy/decision.py:7)", "policy"),
         (f"Router.decision_load ({ROUTER}:9)", "policy"),
+        (f"Router._measure ({ROUTER}:9)", "policy"),  # a decision's snapshot
+        (f"Router._decide ({ROUTER}:9)", "policy"),
+        (f"_stream_of ({ROUTER}:9)", "policy"),
         (f"Router._on_batch ({ROUTER}:9)", "metrics"),
         (f"Router.predict ({ROUTER}:5)", "policy"),  # predict goes by its line
         (f"Router.predict ({ROUTER}:6)", "queue (batcher)"),

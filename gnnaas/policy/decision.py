@@ -354,9 +354,9 @@ class LoadView(Protocol):
     A decision whose answer no load can change (one admissible variant; a busy stream kept on
     the variant fastest everywhere while its queue has room) reads only :attr:`current`,
     :attr:`idle` and :meth:`room`; on an idle device it reads the slowdowns of the request's
-    batch alone (:meth:`alone`); any other takes the full :meth:`snapshot`. A
-    :class:`LoadSnapshot` is its own view; the router's view measures its lanes only when a
-    snapshot is asked for, once per request.
+    batch alone (:meth:`alone`); any other takes the :meth:`snapshot`, of the variants it
+    chooses among. A :class:`LoadSnapshot` is its own view; the router's view measures its lanes
+    only when a snapshot is asked for, once per request.
     """
 
     @property

@@ -446,7 +446,11 @@ class Router:
 
     def admissible(self, dataset: ServedDataset, tolerance: float) -> tuple[Candidate, ...]:
         """``dataset``'s candidates admissible under ``tolerance``, most accurate first (the
-        decision table computes each tolerance's set once)."""
+        decision table computes each tolerance's set once).
+
+        Raises:
+            OverloadedError: ``dataset`` is of a replaced generation, or has no routable variant.
+        """
         return self._table(dataset).admissible(tolerance)
 
     def _table(self, dataset: ServedDataset) -> DecisionTable:
@@ -858,9 +862,10 @@ def _stream_of(load: _Load) -> str | None:
 
 class _Load(tuple):
     """The load a decision reads (:class:`~gnnaas.policy.LoadView`), measured only when the
-    decision needs it, then once: the stream's variant, whether the device is idle, the batch
-    cap and the room of a busy lane are read off the router when asked, the full
-    :meth:`Router.decision_load` on the first :meth:`snapshot`.
+    decision needs it, then once: whether the device is idle and the batch cap are taken when
+    the decision starts (nothing awaits before it ends), the stream's variant and the room of a
+    busy lane are read off the router when asked, the lanes measured on the first
+    :meth:`snapshot` (:meth:`Router._measure`).
 
     Built on every decision and read by few (a tolerance that admits one variant reads none of
     it), so it is a tuple of the request's fields, built in C without a Python frame (as
@@ -873,7 +878,7 @@ class _Load(tuple):
     num_nodes = property(itemgetter(2), doc="The request's node count.")
     priority = property(itemgetter(3), doc="The request's priority.")
     now = property(itemgetter(4), doc="The decision's time on the router's clock.")
-    idle = property(itemgetter(5), doc="Nothing ran or waited on the device at ``now``.")
+    idle = property(itemgetter(5), doc="Nothing ran or waited on the device as it decided.")
     max_batch_nodes = property(itemgetter(6), doc="The largest batch a lane runs.")
 
     current = property(_stream_of, doc="The variant the dataset's stream is on.")
@@ -892,8 +897,10 @@ class _Load(tuple):
         return lane.batcher.room_with_eviction(self.priority)
 
     def snapshot(self, variants: Container[str] | None = None) -> LoadSnapshot:
-        """The load measured in full (:meth:`Router.decision_load`), at the decision's time,
-        once: a later call (deadline admission, of the chosen variant) reads the same."""
+        """The load measured (:meth:`Router.decision_load`) at the decision's time, once: the
+        first call's ``variants`` hold for every later one, whose per-variant loads are those
+        of the variants the decision chose among (deadline admission reads the chosen one's;
+        a pinned request's view is its own, measured in full)."""
         memo = self.__dict__
         snapshot = memo.get("_snapshot")
         if snapshot is None:
