@@ -63,7 +63,6 @@ from common import (
 
 __all__ = ["main", "render"]
 
-TOLERANCES, SIZES = DECISION_TOLERANCES, DECISION_SIZES
 CLOCKS = {
     "thread": "on the CPU clock of the deciding thread, which the running batch's own thread "
     "does not take",
@@ -84,15 +83,15 @@ async def _measure(variants: Path, profiles: Path, dataset: str, args: Any) -> d
             "retimed": sum(
                 v.profile is not None and v.profile.retimed for v in ds.variants.values()
             ),
-            "admitted": {str(t): len(router.admissible(ds, t)) for t in TOLERANCES},
+            "admitted": {str(t): len(router.admissible(ds, t)) for t in DECISION_TOLERANCES},
             "idle": {},
             "busy": {},
             "calls": {"idle": {}, "busy": {}},
         }
 
         def time_cells(state: str) -> None:
-            for tol in TOLERANCES:
-                for size in SIZES:
+            for tol in DECISION_TOLERANCES:
+                for size in DECISION_SIZES:
                     timings, calls, _ = time_decisions(
                         router, ds, size, tol, args.decisions, args.rounds
                     )
@@ -157,12 +156,12 @@ def render(results: dict[str, Any]) -> str:
             "|---:|---:|---:|---:|---:|---:|",
         ]
         calls = d.get("calls", {})  # pages before the counts have none
-        for tol in TOLERANCES:
+        for tol in DECISION_TOLERANCES:
             cells = [
                 f"{d[state][f'{tol:g}/{size}']:.1f}"
                 + (f" ({calls[state][f'{tol:g}/{size}']})" if calls else "")
                 for state in ("idle", "busy")
-                for size in SIZES
+                for size in DECISION_SIZES
             ]
             lines.append(f"| {tol:g} | {d['admitted'][str(tol)]} | " + " | ".join(cells) + " |")
         lines.append("")

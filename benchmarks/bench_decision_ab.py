@@ -65,14 +65,6 @@ LIMIT = 1.10  # no slower than the baseline by more than 10 % (issue 37's bound)
 RETIRED_COLUMNS = ("fused_forward", "fast_sampler")
 
 
-def _median(values: list[float]) -> float:
-    """The median (``gnnaas.stats.median``'s definition; the worker cannot import it from this
-    checkout, whose gnnaas is not the one it times)."""
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 # -- the worker: one checkout, in its own process ----------------------------------------------
 
 
@@ -85,18 +77,8 @@ def _worker(args: argparse.Namespace) -> None:
 
     if not Path(gnnaas.__file__).resolve().is_relative_to(checkout):
         raise RuntimeError(f"gnnaas came from {gnnaas.__file__}, not the checkout timed")
-    os.environ.setdefault("GNNAAS_LOG_LEVEL", "WARNING")
     out = asyncio.run(_time_checkout(args))
     Path(args.json).write_text(json.dumps(out))
-
-
-def _cell(router: Any, ds: Any, nodes: int, tol: float, args: Any, path: bool) -> dict[str, Any]:
-    """One cell of one run (:func:`common.time_decisions`): median and least µs over the rounds,
-    calls and choice."""
-    timings, calls, choice = time_decisions(
-        router, ds, nodes, tol, args.decisions, args.rounds, path=path
-    )
-    return {"median_us": _median(timings), "min_us": min(timings), "calls": calls, "choice": choice}
 
 
 async def _time_checkout(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,10 +97,13 @@ async def _time_checkout(args: argparse.Namespace) -> dict[str, Any]:
             backlog = (await decision_backlog(router, ds))[0] if state == "busy" else []
             for tol in DECISION_TOLERANCES:
                 for size in DECISION_SIZES:
-                    key = f"{state} {tol:g}/{size}"
-                    out["cells"][key] = _cell(router, ds, size, tol, args, False)
-                    if path:
-                        out["path"][key] = _cell(router, ds, size, tol, args, True)["median_us"]
+                    key, n, rounds = f"{state} {tol:g}/{size}", args.decisions, args.rounds
+                    timings, calls, choice = time_decisions(router, ds, size, tol, n, rounds)
+                    out["cells"][key] = {"timings": timings, "calls": calls, "choice": choice}
+                    if path:  # the timings only: calls and choice are select's, as above
+                        out["path"][key] = time_decisions(
+                            router, ds, size, tol, n, rounds, path=True
+                        )[0]
             await asyncio.gather(*backlog)
     finally:
         await router.stop()
@@ -194,17 +179,20 @@ def _dataset(dataset: str, baseline: Path, args: Any) -> dict[str, Any]:
 
 
 def _summary(runs: dict[str, list[Any]]) -> dict[str, Any]:
+    """Per cell, each checkout's median over its runs of each run's median over its rounds."""
+    from gnnaas.stats import median  # not at the top: a worker imports the timed checkout's
+
     base, this = runs["baseline"], runs["this"]
     cells = {}
     for key in base[0]["cells"]:
-        b = [r["cells"][key]["median_us"] for r in base]
-        t = [r["cells"][key]["median_us"] for r in this]
-        paths = [r["path"][key] for r in this if key in r["path"]]
+        b = [median(r["cells"][key]["timings"]) for r in base]
+        t = [median(r["cells"][key]["timings"]) for r in this]
+        paths = [median(r["path"][key]) for r in this if key in r["path"]]
         cells[key] = {
-            "baseline_us": _median(b),
-            "this_us": _median(t),
+            "baseline_us": median(b),
+            "this_us": median(t),
             "pairs": [round(y / x, 3) for x, y in zip(b, t, strict=True)],
-            "path_us": _median(paths) if paths else None,
+            "path_us": median(paths) if paths else None,
             "calls": [base[0]["cells"][key]["calls"], this[0]["cells"][key]["calls"]],
             "choice": [base[0]["cells"][key]["choice"], this[0]["cells"][key]["choice"]],
         }

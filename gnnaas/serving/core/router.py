@@ -358,10 +358,13 @@ class Router:
         device's at the size of the batch the stream and the request make.
         """
         now = self.clock.now() if now is None else now
+        return self._measure(self._view(dataset, num_nodes, priority, now), variants)
+
+    def _view(self, dataset: ServedDataset, num_nodes: int, priority: str, now: float) -> _Load:
+        """The load view of a request at ``now`` (``_decide`` builds the same inline: a frame
+        less on every decision)."""
         cap = self.settings.max_batch_nodes
-        return self._measure(
-            _Load((self, dataset, num_nodes, priority, now, not self._busy, cap)), variants
-        )
+        return _Load((self, dataset, num_nodes, priority, now, not self._busy, cap))
 
     def _measure(self, load: _Load, variants: Container[str] | None) -> LoadSnapshot:
         """:meth:`decision_load` of the request ``load`` describes."""
@@ -369,7 +372,7 @@ class Router:
         cap, current = load.max_batch_nodes, load.current
         slowdown = self.slowdown
         lookups = bool(dataset.precomputed)
-        if not self._busy:
+        if load.idle:
             size = min(num_nodes, cap)
             lookup = slowdown.at(size, True) if lookups else 1.0
             return LoadSnapshot.measured(
@@ -456,21 +459,24 @@ class Router:
     def _table(self, dataset: ServedDataset) -> DecisionTable:
         gen = self._gen
         table = gen.tables.get(dataset)
-        if table is None and gen.registry.datasets.get(dataset.name) is not dataset:
-            raise OverloadedError(
-                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
-                "retry",
-                self.settings.retry_after_s,
-                cause="stopping",
-            )
-        if table is None:
-            raise OverloadedError(
-                f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
-                f"profile); run `gnnaas profile --dataset {dataset.name}`, or pin a variant "
-                "with X-Variant",
-                self.settings.retry_after_s,
-            )
-        return table
+        if table is not None:
+            return table
+        if gen.registry.datasets.get(dataset.name) is not dataset:
+            raise self._reloaded(dataset)
+        raise OverloadedError(
+            f"dataset {dataset.name!r} has no routable variant (every variant lacks a "
+            f"profile); run `gnnaas profile --dataset {dataset.name}`, or pin a variant "
+            "with X-Variant",
+            self.settings.retry_after_s,
+        )
+
+    def _reloaded(self, dataset: ServedDataset) -> OverloadedError:
+        """The refusal of a request routed on ``dataset`` after a reload replaced it (retry)."""
+        return OverloadedError(
+            f"the variants of {dataset.name!r} were reloaded while this request was routed; retry",
+            self.settings.retry_after_s,
+            cause="stopping",
+        )
 
     def select(
         self,
@@ -527,7 +533,7 @@ class Router:
         else:
             at = None if deadline_ms is None else now + deadline_ms / 1e3
             request = RequestSpec(num_nodes, tolerance, slo_ms, at)
-        cap = self.settings.max_batch_nodes
+        cap = self.settings.max_batch_nodes  # the load view, as _view builds it
         load = _Load((self, dataset, num_nodes, priority, now, not self._busy, cap))
         selection = table.decide(request, load, now)
         variant = dataset.variants[selection.variant_id]
@@ -598,8 +604,7 @@ class Router:
             )
         if expires is not None and left_ms is not None and deadline_ms is not None:
             if load is None:  # pinned: no decision built one, only the admission reads it
-                cap = self.settings.max_batch_nodes
-                load = _Load((self, dataset, num_nodes, priority, now, not self._busy, cap))
+                load = self._view(dataset, num_nodes, priority, now)
             scope = effective_tolerance(tolerance, slo_ms, deadline_ms)
             lag_ms = (arrival + deadline_ms / 1e3 - expires) * 1e3
             self._admit(load, variant, selection, deadline_ms, left_ms, scope, lag_ms)
@@ -632,12 +637,7 @@ class Router:
         """
         lane = self._gen.lanes.get((dataset.name, variant.variant_id))
         if lane is None or lane.dataset is not dataset:
-            raise OverloadedError(
-                f"the variants of {dataset.name!r} were reloaded while this request was routed; "
-                "retry",
-                self.settings.retry_after_s,
-                cause="stopping",
-            )
+            raise self._reloaded(dataset)
         return lane
 
     def _answered(
