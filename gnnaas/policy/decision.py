@@ -4,9 +4,9 @@ One pure step, :meth:`DecisionTable.decide` ``(request, load snapshot, now) -> S
 by every process, worker or Ray replica that serves (on its own measured load) and by the report
 (on an idle load). Pure Python, no FastAPI, no torch. A :class:`DecisionTable` is built once per
 dataset and generation of served variants from the dataset's candidates (its frontier); what a
-decision can reuse is memoized inside it (the admissible set of a tolerance, the variants fastest
-everywhere, the choice of an idle device per request size, the profiled times per stream size),
-so the fast paths are memoization, not other doors.
+decision can reuse is memoized inside it (the admissible set of a tolerance, the variants a busy
+stream stays on whatever the load, the choice of an idle device per request size, the profiled
+times per stream size), so the fast paths are memoization, not other doors.
 
 The rule (docs/architecture.md §6):
 
@@ -352,11 +352,11 @@ class LoadView(Protocol):
     """What a decision reads of the load, measured only as far as it needs.
 
     A decision whose answer no load can change (one admissible variant; a busy stream kept on
-    the variant fastest everywhere while its queue has room) reads only :attr:`current`,
-    :attr:`idle` and :meth:`room`; on an idle device it reads the slowdowns of the request's
-    batch alone (:meth:`alone`); any other takes the :meth:`snapshot`, of the variants it
-    chooses among. A :class:`LoadSnapshot` is its own view; the router's view measures its lanes
-    only when a snapshot is asked for, once per request.
+    a variant within the tie margin of the fastest everywhere while its queue has room) reads
+    only :attr:`current`, :attr:`idle` and :meth:`room`; on an idle device it reads the
+    slowdowns of the request's batch alone (:meth:`alone`); any other takes the
+    :meth:`snapshot`, of the variants it chooses among. A :class:`LoadSnapshot` is its own view;
+    the router's view measures its lanes only when a snapshot is asked for, once per request.
     """
 
     @property
@@ -398,7 +398,7 @@ class Selection(NamedTuple):
         variant_id (str): the chosen variant.
         predicted_ms (float): its predicted completion time (queue wait + service time); NaN
             when the choice needed no load (one admissible variant, or a busy stream kept on a
-            variant fastest everywhere: nothing was predicted).
+            variant within the tie margin of the fastest everywhere: nothing was predicted).
         wait_ms (float): the queue wait part of ``predicted_ms`` (NaN likewise).
         meets_slo (bool | None): whether the prediction meets the target (the SLO or the
             deadline left, the smaller); ``None`` without either.
@@ -418,23 +418,30 @@ class _Admissible:
     __slots__ = (
         "admitted",
         "any_lookup",
-        "fastest",
         "idle",
         "ids",
         "kept",
+        "keeps_stream",
         "lookup",
         "mixed",
         "only",
         "service",
     )
 
-    def __init__(self, admitted: tuple[Candidate, ...], lookups: frozenset[str]) -> None:
+    def __init__(
+        self, admitted: tuple[Candidate, ...], lookups: frozenset[str], tie_margin: float
+    ) -> None:
         self.admitted = admitted  # most accurate first
         self.ids = tuple(c.variant_id for c in admitted)
         self.lookup = tuple(v in lookups for v in self.ids)
         self.any_lookup = any(self.lookup)
         self.mixed = self.any_lookup and not all(self.lookup)  # lookups and computed batches
-        self.fastest = fastest_everywhere(admitted)
+        # The variants a busy stream stays on whatever the load: their profiled time is within
+        # the tie margin of every other's at every batch size. Every admitted variant is then
+        # predicted at one slowdown after the same wait, so the stream's stays within the tie
+        # band of the smallest prediction (_timed keeps it). Lookups beside computed batches
+        # run at another slowdown: only the fastest everywhere, as profiled.
+        self.keeps_stream = fastest_everywhere(admitted, 0.0 if self.mixed else tie_margin)
         # the idle device's near-ties per (request size, batch cap), of the profiled times
         self.idle: dict[tuple[int, int | None], _Ties] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
@@ -536,7 +543,7 @@ class DecisionTable:
                 )
             if len(self._sets) >= _TOLERANCES_KEPT:
                 self._sets.clear()
-            hit = self._sets[key] = _Admissible(admitted, self.lookups)
+            hit = self._sets[key] = _Admissible(admitted, self.lookups, self.tie_margin)
         return hit
 
     def decide(
@@ -571,7 +578,7 @@ class DecisionTable:
             if load.idle:
                 return self._idle(entry, request.num_nodes, load)
             current = load.current
-            if current in entry.fastest:  # wins any load: kept while its lane has work and room
+            if current in entry.keeps_stream:  # kept under any load while its lane has room
                 room = load.room(current)  # type: ignore[arg-type]
                 if room is not None and room >= request.num_nodes:
                     return self._kept(entry, current)  # type: ignore[arg-type]

@@ -1,10 +1,11 @@
 """The frontier: which candidates no request should consider, and which are fastest everywhere.
 
 One comparison of service curves, :func:`at_most_everywhere` (one curve at most another at every
-batch size), decides both: a candidate *dominated* by another (:func:`dominated`) is profiled and
-reported but never considered per request, and a candidate at most every other admissible one
-everywhere (:func:`fastest_everywhere`) wins any load, which lets a decision skip reading it
-(:class:`~gnnaas.policy.decision.DecisionTable`). Both depend on the profiles only, so they are
+batch size, or within a margin of it), decides both: a candidate *dominated* by another
+(:func:`dominated`) is profiled and reported but never considered per request, and a candidate
+within the decision's tie margin of every other admissible one everywhere
+(:func:`fastest_everywhere`) keeps its stream under any load, which lets a decision skip reading
+it (:class:`~gnnaas.policy.decision.DecisionTable`). Both depend on the profiles only, so they are
 computed once per dataset or tolerance.
 
 Example:
@@ -28,14 +29,15 @@ __all__ = ["at_most_everywhere", "dominated", "fastest_everywhere"]
 _ACC_EPS = 1e-9  # accuracies from the profile table compare with a hair of slack
 
 
-def at_most_everywhere(a: ServiceCurve, b: ServiceCurve) -> tuple[bool, bool]:
-    """``(a <= b at every batch size, a < b somewhere)`` for the piecewise-linear curves: both
-    are linear between their points and beyond the last one, so the points of both and one size
-    past the last decide."""
+def at_most_everywhere(a: ServiceCurve, b: ServiceCurve, margin: float = 0.0) -> tuple[bool, bool]:
+    """``(a <= b · (1 + margin) at every batch size, a < b somewhere)`` for the piecewise-linear
+    curves: both are linear between their points and beyond the last one, so the points of both
+    and one size past the last decide."""
     sizes = sorted({*a.batch_sizes, *b.batch_sizes})
     sizes.append(2 * sizes[-1])
     pairs = [(a.predict(n), b.predict(n)) for n in sizes]
-    return all(x <= y for x, y in pairs), any(x < y for x, y in pairs)
+    scale = 1.0 + margin
+    return all(x <= y * scale for x, y in pairs), any(x < y for x, y in pairs)
 
 
 def dominated(
@@ -93,17 +95,19 @@ def dominated(
     return out
 
 
-def fastest_everywhere(admitted: Sequence[Candidate]) -> frozenset[str]:
-    """The candidates whose service curve is at most every other's at every batch size
-    (:func:`at_most_everywhere`, the comparison :func:`dominated` makes).
+def fastest_everywhere(admitted: Sequence[Candidate], margin: float = 0.0) -> frozenset[str]:
+    """The candidates whose service curve is at most every other's at every batch size, or
+    within ``margin`` (relative) of it (:func:`at_most_everywhere`, the comparison
+    :func:`dominated` makes without a margin).
 
     Computed candidates of one dataset share the device (its speed at each batch size) and the
-    work ahead, so such a candidate has the smallest predicted completion for any stream and
-    request size (a precomputed one is compared as profiled: a lookup's time is a fraction of a
-    computed batch's).
+    work ahead, so such a candidate's predicted completion is within ``margin`` of the smallest
+    for any stream and request size: with the decision's tie margin, a stream on it is kept
+    under any load (a precomputed one is compared as profiled: a lookup's time is a fraction of
+    a computed batch's).
     """
     return frozenset(
         c.variant_id
         for c in admitted
-        if all(at_most_everywhere(c.service, o.service)[0] for o in admitted if o is not c)
+        if all(at_most_everywhere(c.service, o.service, margin)[0] for o in admitted if o is not c)
     )

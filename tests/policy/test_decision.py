@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable
 
@@ -612,6 +613,79 @@ def test_a_busy_stream_on_the_fastest_everywhere_is_kept_whatever_the_load() -> 
                         assert plain_rule(request, cands, snap, margin)[0] == fastest
                         kept = table.decide(request, snap, now=0.0)
                         assert kept.variant_id == fastest and math.isnan(kept.predicted_ms)
+
+
+class _NoSnapshot(LoadSnapshot):
+    """A busy load a decision may read only through ``current``, ``idle`` and ``room``."""
+
+    def snapshot(self, variants: object = None) -> LoadSnapshot:
+        raise AssertionError("the decision measured the load")
+
+
+def test_a_stream_within_the_tie_margin_everywhere_is_kept_without_reading_the_load() -> None:
+    """Curves that cross (the lighter variant faster up to 64 nodes, the quantized one 2 %
+    faster at 256): no variant is fastest everywhere, but a stream on the lighter one stays
+    within a 10 % tie band of the smallest prediction under any load, so the table keeps it
+    without measuring; with no margin, or a stream on the other, it measures."""
+    light = Candidate("sage-greedy-4x-h128", 80.0, ServiceCurve((1, 64, 256), (1.0, 2.7, 6.2)))
+    quant = Candidate("sage-greedy-4x-int8", 80.0, ServiceCurve((1, 64, 256), (1.3, 3.0, 6.1)))
+    cands = [light, quant]
+    assert fastest_everywhere(cands) == frozenset()
+    assert fastest_everywhere(cands, 0.1) == {light.variant_id}
+    request = RequestSpec(1, 0.0)
+    busy = {v: VariantLoad(slowdown=1.0, room_nodes=100) for v in (light.variant_id, "x")}
+    kept = DecisionTable(cands, tie_margin=0.1).decide(
+        request,
+        _NoSnapshot(running_nodes=300, variants=busy, current=light.variant_id),
+        now=0.0,
+    )
+    assert kept.variant_id == light.variant_id and math.isnan(kept.predicted_ms)
+    for margin, current in ((0.0, light.variant_id), (0.1, quant.variant_id)):
+        load = _NoSnapshot(running_nodes=300, variants=busy, current=current)
+        with pytest.raises(AssertionError, match="measured"):
+            DecisionTable(cands, tie_margin=margin).decide(request, load, now=0.0)
+
+
+def test_the_kept_stream_decides_as_the_plain_rule_on_random_crossing_curves() -> None:
+    """The shortcut is a memo, not another rule: on crossing curves and loads as the router
+    measures them (one slowdown for every computed lane, the same work ahead), a table that
+    keeps a stream without reading the load chooses what the rule read plainly chooses."""
+    rng = random.Random(37)
+    sizes = (1, 4, 16, 64, 256, 1024)
+    kept = 0
+    for trial in range(300):
+        base = [rng.uniform(0.3, 2.0) * s**0.6 + rng.uniform(0.0, 1.0) for s in sizes]
+        cands = [
+            Candidate(
+                f"v{i}",
+                90.0 - i * 0.3,
+                ServiceCurve(sizes, tuple(t * rng.uniform(0.9, 1.15) for t in base)),
+            )
+            for i in range(rng.randint(2, 4))
+        ]
+        margin = rng.choice((0.0, 0.05, 0.1, 0.2))
+        table = DecisionTable(cands, tie_margin=margin)
+        for _ in range(10):
+            current = rng.choice(cands).variant_id
+            slowdown = rng.uniform(0.5, 3.0)
+            snap = LoadSnapshot(
+                ahead_ms=rng.choice((0.0, rng.uniform(0.0, 50.0))),
+                waiting_nodes=rng.randint(0, 2000),
+                running_nodes=rng.randint(1, 1024),
+                variants={
+                    c.variant_id: VariantLoad(slowdown=slowdown, room_nodes=rng.randint(0, 500))
+                    for c in cands
+                    if c.variant_id == current or rng.random() < 0.5
+                },
+                max_batch_nodes=rng.choice((64, 1024)),
+                current=current,
+                slowdown=slowdown,
+            )
+            request = RequestSpec(rng.choice((1, 8, 64, 700)), 5.0)
+            got = table.decide(request, snap, now=0.0)
+            assert got.variant_id == plain_rule(request, cands, snap, margin)[0], (trial, snap)
+            kept += math.isnan(got.predicted_ms)
+    assert kept > 100  # the shortcut was taken often enough to be tested
 
 
 def _loads(cands: list[Candidate]) -> list[LoadSnapshot]:

@@ -443,7 +443,7 @@ async def test_decisions_reuse_their_request_and_kept_stream_objects(
             for _ in range(2):
                 with pytest.raises(ValueError, match="tolerance"):
                     core.select(ds, 3, tolerance=bad)
-        stream = sorted(table._set(50.0, False).fastest)[0]
+        stream = sorted(table._set(50.0, False).keeps_stream)[0]
         kept = table._kept(table._set(50.0, False), stream)
         assert kept is table._kept(table._set(50.0, False), stream)
         assert (kept.variant_id, kept.considered) == (stream, table._set(50.0, False).ids)
