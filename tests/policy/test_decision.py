@@ -633,7 +633,7 @@ def test_a_stream_within_the_tie_margin_everywhere_is_kept_without_reading_the_l
     assert fastest_everywhere(cands) == frozenset()
     assert fastest_everywhere(cands, 0.1) == {light.variant_id}
     request = RequestSpec(1, 0.0)
-    busy = {v: VariantLoad(slowdown=1.0, room_nodes=100) for v in (light.variant_id, "x")}
+    busy = {c.variant_id: VariantLoad(slowdown=1.0, room_nodes=100) for c in cands}
     kept = DecisionTable(cands, tie_margin=0.1).decide(
         request,
         _NoSnapshot(running_nodes=300, variants=busy, current=light.variant_id),
