@@ -31,9 +31,10 @@ _ACC_EPS = 1e-9  # accuracies from the profile table compare with a hair of slac
 
 def at_most_everywhere(a: ServiceCurve, b: ServiceCurve, margin: float = 0.0) -> tuple[bool, bool]:
     """``(a <= b · (1 + margin) at every batch size, a < b somewhere)`` for the piecewise-linear
-    curves: both are linear between their points and beyond the last one, so the points of both
-    and one size past the last decide."""
-    sizes = sorted({*a.batch_sizes, *b.batch_sizes})
+    curves: both are linear between their points, below the first and beyond the last, so the
+    points of both, a batch of one node (the smallest a request makes) and one size past the
+    last decide."""
+    sizes = sorted({1, *a.batch_sizes, *b.batch_sizes})
     sizes.append(2 * sizes[-1])
     pairs = [(a.predict(n), b.predict(n)) for n in sizes]
     scale = 1.0 + margin

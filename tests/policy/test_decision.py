@@ -20,6 +20,7 @@ from gnnaas.policy import (
     Selection,
     ServiceCurve,
     VariantLoad,
+    at_most_everywhere,
     candidates_within,
     fastest_everywhere,
 )
@@ -577,6 +578,17 @@ def test_admitting_tolerances_are_exactly_where_the_rule_admits() -> None:
             if at > 0:  # and not a hair below
                 below = {x.variant_id for x in candidates_within(cands, max(at - 1e-3, 0.0))}
                 assert c.variant_id not in below, (trial, c, at)
+
+
+def test_curves_are_compared_down_to_one_node_below_their_first_points() -> None:
+    """Curves whose first point is above one node are linear below it too: a batch of one node
+    decides there (``a`` at most ``b`` from 8 nodes up, above it at one node)."""
+    a = ServiceCurve((8, 64), (1.0, 4.0))
+    b = ServiceCurve((8, 64), (1.5, 6.0))
+    assert at_most_everywhere(a, b) == (True, True)
+    crossing = ServiceCurve((8, 64), (0.9, 1.0))  # under `a` at 8 and 64, over it at 1 node
+    assert crossing.predict(1) > a.predict(1)
+    assert at_most_everywhere(crossing, a)[0] is False
 
 
 def test_fastest_everywhere_needs_the_smallest_time_at_every_size() -> None:
