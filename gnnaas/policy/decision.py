@@ -422,6 +422,7 @@ class _Admissible:
         "ids",
         "kept",
         "keeps_stream",
+        "kept_up_to",
         "lookup",
         "mixed",
         "only",
@@ -440,8 +441,12 @@ class _Admissible:
         # the tie margin of every other's at every batch size. Every admitted variant is then
         # predicted at one slowdown after the same wait, so the stream's stays within the tie
         # band of the smallest prediction (_timed keeps it). Lookups beside computed batches
-        # run at another slowdown: only the fastest everywhere, as profiled.
+        # run at another slowdown: only the fastest everywhere, as profiled (the rule's choice
+        # while a lookup's slowdown is at most a computed batch's).
         self.keeps_stream = fastest_everywhere(admitted, 0.0 if self.mixed else tie_margin)
+        # ...compared exactly up to twice the last profiled size of any of them: a stream kept
+        # only when its batches are capped there (the cap is the last profiled size by default)
+        self.kept_up_to = 2 * min(c.service.batch_sizes[-1] for c in admitted)
         # the idle device's near-ties per (request size, batch cap), of the profiled times
         self.idle: dict[tuple[int, int | None], _Ties] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
@@ -579,9 +584,11 @@ class DecisionTable:
                 return self._idle(entry, request.num_nodes, load)
             current = load.current
             if current in entry.keeps_stream:  # kept under any load while its lane has room
-                room = load.room(current)  # type: ignore[arg-type]
-                if room is not None and room >= request.num_nodes:
-                    return self._kept(entry, current)  # type: ignore[arg-type]
+                cap = load.max_batch_nodes
+                if cap is not None and cap <= entry.kept_up_to:
+                    room = load.room(current)  # type: ignore[arg-type]
+                    if room is not None and room >= request.num_nodes:
+                        return self._kept(entry, current)  # type: ignore[arg-type]
         return self._timed(entry, request.num_nodes, target, load.snapshot(entry.ids))
 
     def _kept(self, entry: _Admissible, variant_id: str) -> Selection:

@@ -580,15 +580,50 @@ def test_admitting_tolerances_are_exactly_where_the_rule_admits() -> None:
                 assert c.variant_id not in below, (trial, c, at)
 
 
-def test_curves_are_compared_down_to_one_node_below_their_first_points() -> None:
-    """Curves whose first point is above one node are linear below it too: a batch of one node
-    decides there (``a`` at most ``b`` from 8 nodes up, above it at one node)."""
+def test_curves_are_compared_from_one_node_across_bends_up_to_twice_their_last_points() -> None:
+    """Where two curves are compared: from one node (curves whose first point is above it are
+    linear below it too), across the sizes where an extrapolation reaches zero (a prediction
+    bends there), and up to twice the last point, past which a stream is not kept unread."""
     a = ServiceCurve((8, 64), (1.0, 4.0))
     b = ServiceCurve((8, 64), (1.5, 6.0))
     assert at_most_everywhere(a, b) == (True, True)
     crossing = ServiceCurve((8, 64), (0.9, 1.0))  # under `a` at 8 and 64, over it at 1 node
     assert crossing.predict(1) > a.predict(1)
     assert at_most_everywhere(crossing, a)[0] is False
+    # Past twice the last point the comparison says nothing: `faster` is under `b` up to 128
+    # nodes but grows faster and crosses it near 280, so a stream on it is kept without reading
+    # the load only while batches are capped at 128.
+    faster = ServiceCurve((8, 64), (0.24, 5.0))
+    assert at_most_everywhere(faster, b)[0] and faster.predict(400) > b.predict(400)
+    pair = [Candidate("faster", 80.0, faster), Candidate("b", 80.0, b)]
+    for cap, kept in ((128, True), (1024, False)):
+        snap = LoadSnapshot(
+            waiting_nodes=300,
+            running_nodes=300,
+            variants={"faster": VariantLoad(room_nodes=1000)},
+            max_batch_nodes=cap,
+            current="faster",
+        )
+        got = DecisionTable(pair).decide(RequestSpec(1, 0.0), snap, now=0.0)
+        assert math.isnan(got.predicted_ms) is kept
+        assert got.variant_id == plain_rule(RequestSpec(1, 0.0), pair, snap, 0.0)[0]
+        assert got.variant_id == ("faster" if kept else "b")
+    # A prediction is never negative: `steep`'s extrapolation reaches zero at 5 nodes and stays
+    # there, under `flat` (3 ms at 5 nodes) although above it at every point of both.
+    flat, steep = ServiceCurve((8, 16), (6.0, 14.0)), ServiceCurve((8, 16), (6.0, 54.0))
+    assert (flat.predict(5), steep.predict(5)) == (3.0, 0.0)
+    assert at_most_everywhere(flat, steep)[0] is False
+    # ...and a decision does not keep a stream on `flat` at 10 % for a batch of 5 nodes.
+    cands = [Candidate("flat", 80.0, flat), Candidate("steep", 80.0, steep)]
+    snap = LoadSnapshot(
+        waiting_nodes=4,
+        running_nodes=4,
+        variants={"flat": VariantLoad(room_nodes=100)},
+        current="flat",
+    )
+    request = RequestSpec(1, 0.0)
+    got = DecisionTable(cands, tie_margin=0.1).decide(request, snap, now=0.0)
+    assert got.variant_id == plain_rule(request, cands, snap, 0.1)[0] == "steep"
 
 
 def test_fastest_everywhere_needs_the_smallest_time_at_every_size() -> None:
@@ -635,12 +670,13 @@ class _NoSnapshot(LoadSnapshot):
 
 
 def test_a_stream_within_the_tie_margin_everywhere_is_kept_without_reading_the_load() -> None:
-    """Curves that cross (the lighter variant faster up to 64 nodes, the quantized one 2 %
-    faster at 256): no variant is fastest everywhere, but a stream on the lighter one stays
-    within a 10 % tie band of the smallest prediction under any load, so the table keeps it
-    without measuring; with no margin, or a stream on the other, it measures."""
-    light = Candidate("sage-greedy-4x-h128", 80.0, ServiceCurve((1, 64, 256), (1.0, 2.7, 6.2)))
-    quant = Candidate("sage-greedy-4x-int8", 80.0, ServiceCurve((1, 64, 256), (1.3, 3.0, 6.1)))
+    """Curves that cross (the lighter variant faster up to 64 nodes and from 1024, the
+    quantized one 2 % faster at 256): no variant is fastest everywhere, but a stream on the
+    lighter one stays within a 10 % tie band of the smallest prediction under any load, so the
+    table keeps it without measuring; with no margin, or a stream on the other, it measures."""
+    sizes = (1, 64, 256, 1024)
+    light = Candidate("sage-greedy-4x-h128", 80.0, ServiceCurve(sizes, (1.0, 2.7, 6.2, 13.4)))
+    quant = Candidate("sage-greedy-4x-int8", 80.0, ServiceCurve(sizes, (1.3, 3.0, 6.1, 13.8)))
     cands = [light, quant]
     assert fastest_everywhere(cands) == frozenset()
     assert fastest_everywhere(cands, 0.1) == {light.variant_id}
@@ -648,12 +684,14 @@ def test_a_stream_within_the_tie_margin_everywhere_is_kept_without_reading_the_l
     busy = {c.variant_id: VariantLoad(slowdown=1.0, room_nodes=100) for c in cands}
     kept = DecisionTable(cands, tie_margin=0.1).decide(
         request,
-        _NoSnapshot(running_nodes=300, variants=busy, current=light.variant_id),
+        _NoSnapshot(
+            running_nodes=300, variants=busy, max_batch_nodes=1024, current=light.variant_id
+        ),
         now=0.0,
     )
     assert kept.variant_id == light.variant_id and math.isnan(kept.predicted_ms)
     for margin, current in ((0.0, light.variant_id), (0.1, quant.variant_id)):
-        load = _NoSnapshot(running_nodes=300, variants=busy, current=current)
+        load = _NoSnapshot(running_nodes=300, variants=busy, max_batch_nodes=1024, current=current)
         with pytest.raises(AssertionError, match="measured"):
             DecisionTable(cands, tie_margin=margin).decide(request, load, now=0.0)
 
@@ -661,29 +699,32 @@ def test_a_stream_within_the_tie_margin_everywhere_is_kept_without_reading_the_l
 def test_the_kept_stream_decides_as_the_plain_rule_on_random_crossing_curves() -> None:
     """The shortcut is a memo, not another rule: on crossing curves and loads as the router
     measures them (one slowdown for every computed lane, the same work ahead), a table that
-    keeps a stream without reading the load chooses what the rule read plainly chooses."""
+    keeps a stream without reading the load chooses what the rule read plainly chooses; also
+    for curves whose points start above one node or fall at the end (their extrapolations bend
+    at zero), for a variant exactly at the edge of the tie band, and for no work ahead."""
     rng = random.Random(37)
-    sizes = (1, 4, 16, 64, 256, 1024)
     kept = 0
-    for trial in range(300):
+    for trial in range(400):
+        sizes = rng.choice(((1, 4, 16, 64, 256, 1024), (8, 64, 512), (16, 32)))
         base = [rng.uniform(0.3, 2.0) * s**0.6 + rng.uniform(0.0, 1.0) for s in sizes]
-        cands = [
-            Candidate(
-                f"v{i}",
-                90.0 - i * 0.3,
-                ServiceCurve(sizes, tuple(t * rng.uniform(0.9, 1.15) for t in base)),
-            )
-            for i in range(rng.randint(2, 4))
+        if rng.random() < 0.2:  # a last point below the one before: the curve falls beyond it
+            base[-1] = base[-2] * rng.uniform(0.3, 0.95)
+        curves = [
+            ServiceCurve(sizes, tuple(t * rng.uniform(0.9, 1.15) for t in base))
+            for _ in range(rng.randint(2, 4))
         ]
         margin = rng.choice((0.0, 0.05, 0.1, 0.2))
+        if margin and rng.random() < 0.3:  # one variant exactly at the band's edge
+            curves[0] = curves[1].scaled(1.0 + margin)
+        cands = [Candidate(f"v{i}", 90.0 - i * 0.3, c) for i, c in enumerate(curves)]
         table = DecisionTable(cands, tie_margin=margin)
         for _ in range(10):
             current = rng.choice(cands).variant_id
-            slowdown = rng.uniform(0.5, 3.0)
+            slowdown = rng.uniform(0.5, 20.0)
             snap = LoadSnapshot(
-                ahead_ms=rng.choice((0.0, rng.uniform(0.0, 50.0))),
-                waiting_nodes=rng.randint(0, 2000),
-                running_nodes=rng.randint(1, 1024),
+                ahead_ms=rng.choice((0.0, -1.0, rng.uniform(0.0, 50.0))),
+                waiting_nodes=rng.choice((0, rng.randint(0, 2000))),
+                running_nodes=rng.choice((1, rng.randint(1, 1024))),
                 variants={
                     c.variant_id: VariantLoad(slowdown=slowdown, room_nodes=rng.randint(0, 500))
                     for c in cands
@@ -693,7 +734,7 @@ def test_the_kept_stream_decides_as_the_plain_rule_on_random_crossing_curves() -
                 current=current,
                 slowdown=slowdown,
             )
-            request = RequestSpec(rng.choice((1, 8, 64, 700)), 5.0)
+            request = RequestSpec(rng.choice((1, 3, 8, 64, 700)), 5.0)
             got = table.decide(request, snap, now=0.0)
             assert got.variant_id == plain_rule(request, cands, snap, margin)[0], (trial, snap)
             kept += math.isnan(got.predicted_ms)
