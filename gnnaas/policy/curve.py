@@ -75,6 +75,24 @@ class ServiceCurve:
         t = ts[i - 1] + self._slopes[i] * (batch_size - bs[i - 1])  # type: ignore[attr-defined]
         return t if t > 0.0 else 0.0
 
+    def bends(self) -> tuple[int, ...]:
+        """The whole batch sizes on either side of where an extrapolation reaches zero: below
+        the first point (a rising first segment) or beyond the last (a falling last one),
+        :meth:`predict` stops being linear there (it is never negative). Between the points,
+        never negative themselves, it cannot; a single point never does."""
+        bs, ts, last = self.batch_sizes, self.times_ms, self._last  # type: ignore[attr-defined]
+        slopes = self._slopes  # type: ignore[attr-defined]
+        out: list[int] = []
+        if last == 0:
+            return ()
+        first, end = slopes[1], slopes[last]
+        if first > 0 and (zero := bs[0] - ts[0] / first) >= 1:
+            out += (math.floor(zero), math.ceil(zero))
+        if end < 0:
+            zero = bs[last] - ts[last] / end
+            out += (math.floor(zero), math.ceil(zero))
+        return tuple(out)
+
     def predict_batched(self, nodes: int, max_batch: int | None = None) -> float:
         """Time (ms) to serve ``nodes`` in batches of at most ``max_batch`` (0 for no nodes)."""
         if nodes <= 0:

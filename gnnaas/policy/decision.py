@@ -59,7 +59,7 @@ from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from gnnaas.policy.curve import ServiceCurve
-from gnnaas.policy.dominance import fastest_everywhere
+from gnnaas.policy.dominance import compared_up_to, fastest_everywhere
 from gnnaas.policy.rule import Candidate, candidates_within
 
 __all__ = [
@@ -444,9 +444,9 @@ class _Admissible:
         # run at another slowdown: only the fastest everywhere, as profiled (the rule's choice
         # while a lookup's slowdown is at most a computed batch's).
         self.keeps_stream = fastest_everywhere(admitted, 0.0 if self.mixed else tie_margin)
-        # ...compared exactly up to twice the last profiled size of any of them: a stream kept
-        # only when its batches are capped there (the cap is the last profiled size by default)
-        self.kept_up_to = 2 * min(c.service.batch_sizes[-1] for c in admitted)
+        # ...as far as their curves are compared: a stream kept only when its batches are capped
+        # there (the cap is the last profiled size by default)
+        self.kept_up_to = compared_up_to(c.service for c in admitted)
         # the idle device's near-ties per (request size, batch cap), of the profiled times
         self.idle: dict[tuple[int, int | None], _Ties] = {}
         # profiled times for a stream of n nodes, per (n, batch cap)
@@ -582,13 +582,12 @@ class DecisionTable:
                 return entry.only
             if load.idle:
                 return self._idle(entry, request.num_nodes, load)
-            current = load.current
-            if current in entry.keeps_stream:  # kept under any load while its lane has room
-                cap = load.max_batch_nodes
-                if cap is not None and cap <= entry.kept_up_to:
-                    room = load.room(current)  # type: ignore[arg-type]
-                    if room is not None and room >= request.num_nodes:
-                        return self._kept(entry, current)  # type: ignore[arg-type]
+            current, cap = load.current, load.max_batch_nodes
+            # kept under any load while its lane has room, its batches within the compared sizes
+            if current in entry.keeps_stream and cap is not None and cap <= entry.kept_up_to:
+                room = load.room(current)  # type: ignore[arg-type]
+                if room is not None and room >= request.num_nodes:
+                    return self._kept(entry, current)  # type: ignore[arg-type]
         return self._timed(entry, request.num_nodes, target, load.snapshot(entry.ids))
 
     def _kept(self, entry: _Admissible, variant_id: str) -> Selection:

@@ -19,13 +19,12 @@ Example:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gnnaas.policy.curve import ServiceCurve
 from gnnaas.policy.rule import Candidate, admitting_tolerances
 
-__all__ = ["at_most_everywhere", "dominated", "fastest_everywhere"]
+__all__ = ["at_most_everywhere", "compared_up_to", "dominated", "fastest_everywhere"]
 
 _ACC_EPS = 1e-9  # accuracies from the profile table compare with a hair of slack
 
@@ -35,16 +34,16 @@ def at_most_everywhere(a: ServiceCurve, b: ServiceCurve, margin: float = 0.0) ->
     curves, at the whole batch sizes a request makes (from one node up).
 
     Both curves are linear between their points, below the first and beyond the last, except
-    where an extrapolation reaches zero (a prediction is never negative: it bends there), so
-    the points of both, one node, the whole sizes around each bend (:func:`_bends`) and twice
-    the largest of them decide, exactly up to that size (the largest batch a server runs is
-    usually the last profiled size: :data:`~gnnaas.profiling.table.SERVICE_TIME_BATCH_SIZES`;
-    past twice the last point, a curve that grows faster may cross the other). With a margin,
-    ``b · (1 + margin)`` is shrunk by a few units of rounding: a decision compares predictions
-    that carry the same slowdown and wait, whose rounding must not turn a tie at the band's
-    edge the other way.
+    where an extrapolation reaches zero (a prediction is never negative: it bends there:
+    :meth:`ServiceCurve.bends`), so the points of both, one node, the whole sizes around each
+    bend and twice the largest of them decide, exactly up to that size (:func:`compared_up_to`;
+    the largest batch a server runs is usually the last profiled size,
+    :data:`~gnnaas.profiling.table.SERVICE_TIME_BATCH_SIZES`; past twice the last point, a
+    curve that grows faster may cross the other). With a margin, ``b · (1 + margin)`` is shrunk
+    by a few units of rounding: a decision compares predictions that carry the same slowdown
+    and wait, whose rounding must not turn a tie at the band's edge the other way.
     """
-    sizes = sorted({1, *a.batch_sizes, *b.batch_sizes, *_bends(a), *_bends(b)})
+    sizes = sorted({1, *a.batch_sizes, *b.batch_sizes, *a.bends(), *b.bends()})
     sizes.append(2 * sizes[-1])
     pairs = [(a.predict(n), b.predict(n)) for n in sizes]
     scale = (1.0 + margin) * (1.0 - _ROUNDING) if margin > 0 else 1.0
@@ -54,21 +53,11 @@ def at_most_everywhere(a: ServiceCurve, b: ServiceCurve, margin: float = 0.0) ->
 _ROUNDING = 1e-9  # relative slack on a margin's edge (far above a few float64 roundings)
 
 
-def _bends(curve: ServiceCurve) -> list[int]:
-    """The whole batch sizes on either side of where ``curve``'s extrapolation below its first
-    point or beyond its last reaches zero (its prediction is 0 from there): a bend between its
-    points, which are never negative, cannot occur."""
-    bs, ts = curve.batch_sizes, curve.times_ms
-    if len(bs) < 2:  # one point: constant below it, proportional above, never negative
-        return []
-    out = []
-    for i, j in ((0, 1), (-2, -1)):
-        slope = (ts[j] - ts[i]) / (bs[j] - bs[i])
-        if slope != 0.0:
-            zero = bs[i] - ts[i] / slope
-            if 1.0 <= zero < bs[0] or zero > bs[-1]:
-                out += [math.floor(zero), math.ceil(zero)]
-    return out
+def compared_up_to(curves: Iterable[ServiceCurve]) -> int:
+    """The batch size up to which :func:`at_most_everywhere` compares any two of ``curves``
+    exactly: it reads up to twice the largest size of a pair, so twice the smallest last
+    point."""
+    return 2 * min(c.batch_sizes[-1] for c in curves)
 
 
 def dominated(
